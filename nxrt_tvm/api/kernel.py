@@ -1,0 +1,40 @@
+"""The compiled unit an EP hands the session: it computes one claimed subgraph."""
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .device import DeviceId
+from .tensor import TensorView
+
+__all__ = ["Kernel", "KernelVariant"]
+
+
+@dataclass(frozen=True)
+class KernelVariant:
+    """Diagnostics: which implementation a kernel (or one of its parts) runs, and why."""
+
+    name: str
+    variant: str
+    reason: str
+
+
+class Kernel(abc.ABC):
+    """A session-lifetime executable for one `SubgraphClaim`.
+
+    Inputs arrive in `input_names` order, outputs leave in `output_names` order.
+    `compute` must be safe to call from several threads at once.
+    """
+
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    device: DeviceId
+
+    @abc.abstractmethod
+    def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
+        """Run the subgraph; raise `KernelFailed` (never a bare exception) on failure."""
+
+    def variants(self) -> list[KernelVariant]:
+        """Which implementation each part of the kernel runs (tuned, default schedule, ...)."""
+        return []

@@ -1,0 +1,88 @@
+"""Zero-copy tensor views exchanged between EPs through DLPack.
+
+A view borrows its backing memory from the object it wraps (a numpy array, a
+TVM tensor, ...). Host access is allowed only for CPU memory: device memory is
+never dereferenced on the host.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .device import DeviceId, DeviceType
+from .errors import InvalidTensorView
+
+__all__ = ["TensorView", "ALIGNMENT", "aligned_empty"]
+
+#: Byte alignment TVM-compiled code assumes for its buffers (TVM's from_dlpack checks it).
+ALIGNMENT = 64
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A C-contiguous host array whose data pointer is `ALIGNMENT`-aligned."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % ALIGNMENT
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+def _numpy_dtype(dtype: Any) -> np.dtype:
+    text = str(dtype)
+    try:
+        return np.dtype(text)
+    except TypeError:
+        import ml_dtypes  # bfloat16 / float8 names numpy itself does not know
+
+        return np.dtype(getattr(ml_dtypes, text))
+
+
+class TensorView:
+    """A borrowed, typed view of a tensor; the wrapped object owns the memory."""
+
+    __slots__ = ("_obj", "shape", "dtype", "device")
+
+    def __init__(self, obj: Any):
+        if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
+            raise InvalidTensorView(f"{type(obj).__name__} does not implement the DLPack protocol")
+        self._obj = obj
+        self.shape: tuple[int, ...] = tuple(int(d) for d in obj.shape)
+        self.dtype: np.dtype = _numpy_dtype(obj.dtype)
+        dev_type, dev_ordinal = obj.__dlpack_device__()
+        try:
+            self.device = DeviceId(DeviceType.from_dlpack_code(int(dev_type)), int(dev_ordinal))
+        except ValueError as exc:
+            raise InvalidTensorView(str(exc)) from exc
+
+    @classmethod
+    def of(cls, obj: Any) -> "TensorView":
+        return obj if isinstance(obj, TensorView) else cls(obj)
+
+    @property
+    def owner(self) -> Any:
+        """The object that owns the memory (keep it alive as long as the view)."""
+        return self._obj
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """The host array behind the view, without a copy where the owner allows it."""
+        if self.device.type is not DeviceType.CPU:
+            raise InvalidTensorView(f"tensor lives on {self.device}; copy it to the host before reading it")
+        if isinstance(self._obj, np.ndarray):
+            return self._obj
+        if self.nbytes == 0:  # DLPack producers may hand out null data for empty tensors
+            return np.empty(self.shape, self.dtype)
+        return np.from_dlpack(self._obj)
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._obj.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._obj.__dlpack_device__()
+
+    def __repr__(self) -> str:
+        return f"TensorView(shape={self.shape}, dtype={self.dtype}, device={self.device})"

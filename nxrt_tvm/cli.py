@@ -1,0 +1,170 @@
+"""The `nxrt-tvm` command: plan, run (and check against onnxruntime) a model."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .api.errors import EpError
+from .data import default_model_path
+from .graph.model import GraphView, load_model
+from .partition.plan import make_plan
+from .session import InferenceSession
+
+__all__ = ["main"]
+
+
+def _provider_args(args: argparse.Namespace) -> tuple[list[str], list[dict]]:
+    tvm_options: dict = {"target": args.target}
+    if args.min_subgraph_size is not None:
+        tvm_options["min_subgraph_size"] = args.min_subgraph_size
+    if args.exclude:
+        tvm_options["op_types_to_exclude"] = args.exclude
+    return ["TvmExecutionProvider", "CPUExecutionProvider"], [tvm_options, {}]
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", type=Path, help="ONNX model (default: the bundled demo model)")
+    p.add_argument("--target", default="llvm", help="'llvm' (host CPU), 'cuda', or a JSON target dict")
+    p.add_argument("--min-subgraph-size", type=int, help="smallest partition the TVM EP compiles")
+    p.add_argument("--exclude", help="comma-separated op types the TVM EP must not claim")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _model(args: argparse.Namespace) -> Path:
+    return args.model if args.model is not None else default_model_path()
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from .session import _make_providers
+
+    graph = load_model(_model(args))
+    providers, options = _provider_args(args)
+    plan = make_plan(graph, _make_providers(providers, options))
+    print(json.dumps(plan.to_json(graph), indent=2) if args.json else plan.format(graph))
+    return 0
+
+
+def random_feeds(graph: GraphView, dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for a model: normal floats, small non-negative ints, symbolic dims from `dims` (else 1)."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for info in graph.inputs:
+        shape = [d if isinstance(d, int) else dims.get(str(d), 1) for d in (info.shape or ())]
+        dtype = info.dtype if info.dtype is not None else np.dtype(np.float32)
+        if dtype.kind == "f":
+            feeds[info.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[info.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[info.name] = rng.integers(0, 2, shape).astype(dtype)
+    return feeds
+
+
+def _time(fn, repeat: int) -> float:
+    fn()  # warm-up
+    samples = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import onnxruntime as ort
+
+    model = _model(args)
+    providers, options = _provider_args(args)
+    sess = InferenceSession(model, providers=providers, provider_options=options)
+    dims = dict(kv.split("=", 1) for kv in args.dim)
+    if args.inputs:
+        with np.load(args.inputs) as data:
+            feeds = {k: data[k] for k in data.files}
+    else:
+        feeds = random_feeds(sess.graph, {k: int(v) for k, v in dims.items()}, args.seed)
+    outputs = sess.run(None, feeds)
+    report: dict = {
+        "model": str(model),
+        "plan": sess.plan.to_json(sess.graph),
+        "session_load_s": round(sess.load_seconds, 4),
+        "outputs": {o.name: list(v.shape) for o, v in zip(sess.get_outputs(), outputs)},
+    }
+    ok = True
+    if args.check:
+        threads = int(__import__("os").environ["TVM_NUM_THREADS"])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        ref = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+        expected = ref.run(None, feeds)
+        diffs = {}
+        for o, got, want in zip(sess.get_outputs(), outputs, expected):
+            close = np.allclose(got, want, rtol=args.rtol, atol=args.atol, equal_nan=True)
+            err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
+            diffs[o.name] = {"max_abs_diff": err, "ok": bool(close)}
+            ok &= bool(close)
+        nx_s = _time(lambda: sess.run(None, feeds), args.repeat)
+        ort_s = _time(lambda: ref.run(None, feeds), args.repeat)
+        report["check"] = {"rtol": args.rtol, "atol": args.atol, "outputs": diffs, "ok": ok}
+        report["latency_ms"] = {
+            "nxrt_tvm": round(nx_s * 1e3, 4),
+            "onnxruntime": round(ort_s * 1e3, 4),
+            "ratio": round(nx_s / ort_s, 3),
+            "threads": threads,
+            "repeat": args.repeat,
+        }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"model: {model}")
+        print(sess.plan.format(sess.graph))
+        print(f"session ready in {sess.load_seconds:.3f} s (partition + compile)")
+        for name, shape in report["outputs"].items():
+            print(f"output {name}: shape {shape}")
+        if args.check:
+            for name, d in report["check"]["outputs"].items():
+                print(f"check {name}: max |diff| {d['max_abs_diff']:.3g} -> {'ok' if d['ok'] else 'MISMATCH'} (rtol {args.rtol}, atol {args.atol})")
+            lat = report["latency_ms"]
+            print(
+                f"latency (median of {lat['repeat']}, {lat['threads']} threads): nxrt-tvm {lat['nxrt_tvm']:.3f} ms, "
+                f"onnxruntime {lat['onnxruntime']:.3f} ms, ratio {lat['ratio']:.2f}x"
+            )
+    return 0 if ok else 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nxrt-tvm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    plan = sub.add_parser("plan", help="show which EP claims which subgraph, and every decline")
+    _add_model_args(plan)
+    plan.set_defaults(func=_cmd_plan)
+    run = sub.add_parser("run", help="compile and run a model on given or random inputs")
+    _add_model_args(run)
+    run.add_argument("--inputs", type=Path, help=".npz file of inputs, keyed by input name")
+    run.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="size of a symbolic dim for random inputs")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--check", action="store_true", help="compare with onnxruntime and time both")
+    run.add_argument("--rtol", type=float, default=1e-3)
+    run.add_argument("--atol", type=float, default=1e-4)
+    run.add_argument("--repeat", type=int, default=20, help="timed runs per engine with --check")
+    run.set_defaults(func=_cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except EpError as exc:
+        print(f"nxrt-tvm: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Cut a node set out of a graph as a standalone ONNX model an EP can compile or run."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx
+from onnx import helper
+
+from .model import GraphView, ValueInfo
+
+__all__ = ["extract_model"]
+
+
+def extract_model(
+    graph: GraphView,
+    nodes: Sequence[int],
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    name: str,
+    *,
+    input_infos: dict[str, ValueInfo] | None = None,
+) -> onnx.ModelProto:
+    """A model with `nodes` (in graph order), `inputs`/`outputs` as its interface and the initializers it reads.
+
+    `input_infos` overrides the declared type of boundary inputs (used to give
+    unknown dims a name so compilers treat them as symbolic).
+    """
+    members = sorted(nodes)
+    used: dict[str, None] = {}
+    for i in members:
+        for n in graph.node_inputs[i]:
+            used[n] = None
+    initializers = [graph.initializers[n] for n in used if n in graph.initializers]
+    infos = input_infos or {}
+    produced = {o for i in members for o in graph.nodes[i].output if o}
+    value_info = [
+        graph.value_info[o].to_proto()
+        for o in sorted(produced - set(outputs))
+        if o in graph.value_info and graph.value_info[o].elem_type is not None
+    ]
+    body = helper.make_graph(
+        [graph.nodes[i] for i in members],
+        name,
+        [(infos.get(n) or graph.info(n)).to_proto() for n in inputs],
+        [graph.info(n).to_proto() for n in outputs],
+        initializer=initializers,
+        value_info=value_info,
+    )
+    model = helper.make_model(
+        body,
+        opset_imports=list(graph.model.opset_import),
+        ir_version=graph.model.ir_version,
+        producer_name="nxrt-tvm",
+    )
+    model.functions.extend(graph.model.functions)
+    return model

@@ -1,0 +1,306 @@
+"""Load an ONNX model into a `GraphView`: checked, shape-inferred, topologically sorted.
+
+Everything downstream (claims, grouping, extraction, the session) reads the
+graph through this one view, so names, order and types are decided once.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..api.errors import InvalidModel
+from ..api.registry import normalize_domain
+
+__all__ = ["ValueInfo", "GraphView", "load_model", "ModelSource"]
+
+ModelSource = str | Path | bytes | onnx.ModelProto
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """A value's element type (ONNX enum, None when unknown) and shape (None when rank is unknown)."""
+
+    name: str
+    elem_type: int | None
+    shape: tuple[Dim, ...] | None
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        if self.elem_type is None:
+            return None
+        try:
+            return np.dtype(helper.tensor_dtype_to_np_dtype(self.elem_type))
+        except (KeyError, TypeError):
+            return None
+
+    @property
+    def type_name(self) -> str:
+        if self.elem_type is None:
+            return "unknown"
+        return onnx.TensorProto.DataType.Name(self.elem_type).lower()
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    def to_proto(self) -> onnx.ValueInfoProto:
+        shape = None if self.shape is None else [d if d is not None else "" for d in self.shape]
+        return helper.make_tensor_value_info(self.name, self.elem_type or onnx.TensorProto.UNDEFINED, shape)
+
+    @classmethod
+    def from_proto(cls, vi: onnx.ValueInfoProto) -> "ValueInfo":
+        t = vi.type
+        if not t.HasField("tensor_type"):
+            return cls(vi.name, None, None)
+        tt = t.tensor_type
+        elem = tt.elem_type or None
+        if not tt.HasField("shape"):
+            return cls(vi.name, elem, None)
+        dims: list[Dim] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+        return cls(vi.name, elem, tuple(dims))
+
+
+def _subgraph_free_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a control-flow body reads from the enclosing scope (its implicit inputs)."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(n for n in node.input if n)
+        for attr in node.attribute:
+            for sub in _attr_graphs(attr):
+                used |= _subgraph_free_names(sub)
+        defined.update(node.output)
+    return used - defined
+
+
+def _attr_graphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
+    if attr.type == onnx.AttributeProto.GRAPH:
+        return [attr.g]
+    if attr.type == onnx.AttributeProto.GRAPHS:
+        return list(attr.graphs)
+    return []
+
+
+def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The tensor an ai.onnx Constant node produces, or None for forms kept as nodes."""
+    if node.op_type != "Constant" or normalize_domain(node.domain) or len(node.attribute) != 1:
+        return None
+    attr = node.attribute[0]
+    value = helper.get_attribute_value(attr)
+    if attr.name == "value":
+        return numpy_helper.to_array(value)
+    if attr.name in ("value_float", "value_floats"):
+        return np.asarray(value, dtype=np.float32)
+    if attr.name in ("value_int", "value_ints"):
+        return np.asarray(value, dtype=np.int64)
+    return None  # strings and sparse tensors stay nodes
+
+
+class GraphView:
+    """A read-only, analysed view of one ONNX model's main graph."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        graph = model.graph
+        self.opsets: dict[str, int] = {normalize_domain(o.domain): o.version for o in model.opset_import}
+        self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
+        self.value_info: dict[str, ValueInfo] = {}
+        for vi in [*graph.input, *graph.output, *graph.value_info]:
+            info = ValueInfo.from_proto(vi)
+            if vi.name not in self.value_info or self.value_info[vi.name].elem_type is None:
+                self.value_info[vi.name] = info
+        for name, tensor in self.initializers.items():
+            self.value_info[name] = ValueInfo(name, tensor.data_type, tuple(tensor.dims))
+        self.inputs: list[ValueInfo] = [
+            self.value_info[i.name] for i in graph.input if i.name not in self.initializers
+        ]
+        self.outputs: list[ValueInfo] = [self.value_info[o.name] for o in graph.output]
+        self.nodes: list[onnx.NodeProto] = list(graph.node)
+        self.node_inputs: list[tuple[str, ...]] = []
+        for node in self.nodes:
+            implicit: set[str] = set()
+            for attr in node.attribute:
+                for sub in _attr_graphs(attr):
+                    implicit |= _subgraph_free_names(sub)
+            explicit = [n for n in node.input if n]
+            self.node_inputs.append(tuple(dict.fromkeys([*explicit, *sorted(implicit - set(explicit))])))
+        self.producer: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            for out in node.output:
+                if out:
+                    self.producer[out] = i
+        self.consumers: dict[str, list[int]] = {}
+        for i, names in enumerate(self.node_inputs):
+            for name in names:
+                self.consumers.setdefault(name, []).append(i)
+
+    # -- structure ------------------------------------------------------------------
+    def node_name(self, index: int) -> str:
+        return self.nodes[index].name
+
+    def opset_of(self, index: int) -> int:
+        domain = normalize_domain(self.nodes[index].domain)
+        return self.opsets.get(domain, 1)
+
+    @cached_property
+    def successors(self) -> list[tuple[int, ...]]:
+        return [
+            tuple(sorted({c for out in node.output if out for c in self.consumers.get(out, ())}))
+            for node in self.nodes
+        ]
+
+    @cached_property
+    def predecessors(self) -> list[tuple[int, ...]]:
+        return [
+            tuple(sorted({self.producer[n] for n in names if n in self.producer})) for names in self.node_inputs
+        ]
+
+    @cached_property
+    def output_names(self) -> frozenset[str]:
+        return frozenset(o.name for o in self.outputs)
+
+    def info(self, name: str) -> ValueInfo:
+        return self.value_info.get(name, ValueInfo(name, None, None))
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of an initializer, or None when `name` is computed at run time."""
+        tensor = self.initializers.get(name)
+        return None if tensor is None else numpy_helper.to_array(tensor)
+
+    def boundary(self, nodes: Iterable[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Values a node set reads from outside (initializers excluded) and values it must export."""
+        members = set(nodes)
+        ordered = sorted(members)
+        produced = {o for i in ordered for o in self.nodes[i].output if o}
+        inputs: dict[str, None] = {}
+        outputs: dict[str, None] = {}
+        for i in ordered:
+            for name in self.node_inputs[i]:
+                if name not in produced and name not in self.initializers:
+                    inputs[name] = None
+            for out in self.nodes[i].output:
+                if out and (
+                    out in self.output_names or any(c not in members for c in self.consumers.get(out, ()))
+                ):
+                    outputs[out] = None
+        return tuple(inputs), tuple(outputs)
+
+
+def _read(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
+    if isinstance(source, onnx.ModelProto):
+        return source, None
+    try:
+        if isinstance(source, bytes):
+            return onnx.load_model_from_string(source), None
+        path = Path(source)
+        if not path.is_file():
+            raise InvalidModel(f"model file {str(path)!r} does not exist")
+        return onnx.load(str(path), load_external_data=True), path.parent
+    except InvalidModel:
+        raise
+    except Exception as exc:  # protobuf and external-data errors have no common base
+        raise InvalidModel(f"cannot read {source if not isinstance(source, bytes) else 'model bytes'} as ONNX: {exc}") from exc
+
+
+def _topological_order(graph: onnx.GraphProto, implicit: list[set[str]]) -> list[int]:
+    """Kahn's algorithm, stable on file order; raises on cycles."""
+    producer: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for out in node.output:
+            if out:
+                if out in producer:
+                    raise InvalidModel(f"value {out!r} is produced by two nodes ({graph.node[producer[out]].name!r} and {node.name!r})")
+                producer[out] = i
+    deps = [{producer[n] for n in [*node.input, *implicit[i]] if n in producer} for i, node in enumerate(graph.node)]
+    users: list[list[int]] = [[] for _ in graph.node]
+    for i, d in enumerate(deps):
+        for p in d:
+            users[p].append(i)
+    pending = [len(d) for d in deps]
+    ready = [i for i, n in enumerate(pending) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(graph.node):
+        stuck = [graph.node[i].name or graph.node[i].op_type for i, n in enumerate(pending) if n][:5]
+        raise InvalidModel(f"the graph has a cycle (nodes involved include {stuck})")
+    return order
+
+
+def _normalise(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Unique node names, Constant nodes folded to initializers, nodes in topological order."""
+    graph = model.graph
+    seen: set[str] = set()
+    for i, node in enumerate(graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        while name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        node.name = name
+    kept = []
+    for node in graph.node:
+        value = _constant_node_value(node)
+        if value is None or node.output[0] in {o.name for o in graph.output}:
+            kept.append(node)
+        else:
+            graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+    implicit = []
+    for node in kept:
+        free: set[str] = set()
+        for attr in node.attribute:
+            for sub in _attr_graphs(attr):
+                free |= _subgraph_free_names(sub)
+        implicit.append(free)
+    subgraph = onnx.GraphProto()
+    subgraph.node.extend(kept)
+    order = _topological_order(subgraph, implicit)
+    del graph.node[:]
+    graph.node.extend(kept[i] for i in order)
+    return model
+
+
+def load_model(source: ModelSource, *, check: bool = True) -> GraphView:
+    """Read, check, normalise and shape-infer a model; raise `InvalidModel` with the reason on failure."""
+    model, _ = _read(source)
+    model = onnx.ModelProto.FromString(model.SerializeToString()) if isinstance(source, onnx.ModelProto) else model
+    if check:
+        try:
+            onnx.checker.check_model(model)
+        except (onnx.checker.ValidationError, ValueError) as exc:
+            raise InvalidModel(f"model fails onnx.checker: {exc}") from exc
+    _normalise(model)
+    try:
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # inference errors are diagnostics, not fatal: ORT may still run it
+        import logging
+
+        logging.getLogger(__name__).warning("ONNX shape inference failed (%s); types stay as declared", exc)
+    return GraphView(model)
+
+
+def attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """A node's attributes as Python values."""
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}

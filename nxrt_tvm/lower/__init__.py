@@ -1,0 +1,1 @@
+"""Lowering a claim: Relax import, the optimizer pipeline (TVM passes), targets, build, kernel."""

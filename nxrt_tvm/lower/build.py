@@ -1,0 +1,131 @@
+"""ONNX partition -> Relax -> optimizer passes -> compiled Relax VM executable."""
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from collections.abc import Callable, Sequence
+
+import onnx
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+
+from ..api.errors import CompileFailed
+from ..graph.extract import extract_model
+from ..graph.model import GraphView, ValueInfo
+from .pipeline import lowering_pipeline
+
+__all__ = ["partition_model", "import_onnx", "locate_failure", "build_executable", "compile_partition"]
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def native_log_to_logging() -> Iterator[None]:
+    """Send what TVM's C++ code writes to stderr while compiling into `logging` (debug level).
+
+    TVM warns on stderr for ordinary events ("BlockBuilder destroyed with
+    remaining blocks"); a library should stay quiet unless asked.
+    """
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stderr (e.g. captured by a test runner)
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), fd)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read().decode(errors="replace").splitlines():
+                log.debug("tvm: %s", line)
+
+
+def partition_model(graph: GraphView, nodes: Sequence[int], name: str) -> onnx.ModelProto:
+    """The standalone model of a node set; unknown input dims get names so TVM treats them as symbolic."""
+    inputs, outputs = graph.boundary(nodes)
+    named = {}
+    for value in inputs:
+        info = graph.info(value)
+        if info.shape is not None and any(d is None for d in info.shape):
+            dims = tuple(d if d is not None else f"{name}_{len(named)}_d{k}" for k, d in enumerate(info.shape))
+            named[value] = ValueInfo(value, info.elem_type, dims)
+    return extract_model(graph, nodes, inputs, outputs, name, input_infos=named)
+
+
+def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
+    """Import a standalone partition model; weights become constants so the build can fold them."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    # The frontend prints on failure and warns on every renamed input: keep both out of the user's output.
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return from_onnx(model, opset=opset, keep_params_in_input=False)
+        except Exception as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CompileFailed(f"the Relax ONNX frontend rejected partition {model.graph.name!r}: {message}") from exc
+
+
+def locate_failure(nodes: Sequence[int], attempt: Callable[[list[int]], object]) -> tuple[int, str]:
+    """The first node whose addition makes `attempt` (import, build, ...) fail, and the failure.
+
+    `attempt(nodes)` must already fail for the whole set. Bisects over
+    topological prefixes, so it costs O(log n) attempts.
+    """
+    order = sorted(nodes)
+    lo, hi = 1, len(order)  # the prefix of length hi fails; find the shortest failing prefix
+    failure = ""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            attempt(order[:mid])
+            lo = mid + 1
+        except CompileFailed as exc:
+            hi, failure = mid, str(exc)
+    if not failure:
+        try:
+            attempt(order[:hi])
+        except CompileFailed as exc:
+            failure = str(exc)
+    return order[hi - 1], failure or "compilation failed"
+
+
+def build_executable(
+    mod: tvm.IRModule, target: tvm.target.Target, user_passes: Sequence[tvm.transform.Pass] = ()
+) -> relax.VMExecutable:
+    """Run the lowering pipeline and build for `target`."""
+    try:
+        return tvm.compile(mod, target, relax_pipeline=lowering_pipeline(target, user_passes))
+    except Exception as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CompileFailed(f"TVM could not build for {target.kind.name}: {message}") from exc
+
+
+def compile_partition(
+    graph: GraphView,
+    nodes: Sequence[int],
+    name: str,
+    target: tvm.target.Target,
+    user_passes: Sequence[tvm.transform.Pass] = (),
+) -> relax.VMExecutable:
+    """Extract, import and build one node set."""
+    with native_log_to_logging():
+        try:
+            return build_executable(import_onnx(partition_model(graph, nodes, name)), target, user_passes)
+        except CompileFailed as exc:
+            message = str(exc)  # keep the text only: the traceback pins TVM objects that log when freed
+        gc.collect()  # free them here, while their destructors' warnings are still captured
+    raise CompileFailed(message)

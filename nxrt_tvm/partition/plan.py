@@ -1,0 +1,114 @@
+"""The partition plan: which EP runs which subgraph, in what order, and every decline."""
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..api.claim import Decline, SubgraphClaim
+from ..api.errors import NoEpForOp
+from ..api.provider import ExecutionProvider
+from ..graph.model import GraphView
+
+__all__ = ["PartitionPlan", "make_plan"]
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Partitions in an order that respects every data dependency, plus the declines that shaped them."""
+
+    partitions: tuple[SubgraphClaim, ...]
+    declines: tuple[Decline, ...]
+    node_count: int
+
+    def nodes_by_ep(self) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for p in self.partitions:
+            counts[str(p.ep)] += len(p.nodes)
+        return dict(counts)
+
+    def to_json(self, graph: GraphView | None = None) -> dict:
+        def ops(p: SubgraphClaim) -> dict[str, int]:
+            return dict(Counter(graph.nodes[i].op_type for i in p.nodes)) if graph else {}
+
+        return {
+            "node_count": self.node_count,
+            "nodes_by_ep": self.nodes_by_ep(),
+            "partitions": [
+                {
+                    "name": p.name,
+                    "ep": str(p.ep),
+                    "nodes": len(p.nodes),
+                    "op_types": ops(p),
+                    "inputs": list(p.inputs),
+                    "outputs": list(p.outputs),
+                    "cost": str(p.cost),
+                }
+                for p in self.partitions
+            ],
+            "declines": [d.to_json() for d in self.declines],
+        }
+
+    def format(self, graph: GraphView | None = None) -> str:
+        lines = [
+            f"{len(self.partitions)} partitions over {self.node_count} nodes "
+            + ", ".join(f"{ep}: {n}" for ep, n in self.nodes_by_ep().items())
+        ]
+        for p in self.partitions:
+            ops = ""
+            if graph is not None:
+                counts = Counter(graph.nodes[i].op_type for i in p.nodes)
+                ops = " [" + ", ".join(f"{op} x{n}" if n > 1 else op for op, n in counts.most_common()) + "]"
+            lines.append(f"  {p.name:<20} {str(p.ep):<22} {len(p.nodes):>4} nodes{ops}")
+            lines.append(f"  {'':<20} in: {', '.join(p.inputs) or '-'}  out: {', '.join(p.outputs)}")
+        if self.declines:
+            lines.append(f"{len(self.declines)} declines:")
+            lines.extend(f"  - {d}" for d in self.declines)
+        return "\n".join(lines)
+
+
+def _order(graph: GraphView, partitions: Sequence[SubgraphClaim]) -> tuple[SubgraphClaim, ...]:
+    """Topological order of the partition DAG (ties broken by first node, so it is deterministic)."""
+    owner = {n: k for k, p in enumerate(partitions) for n in p.nodes}
+    deps = [{owner[q] for n in p.nodes for q in graph.predecessors[n]} - {k} for k, p in enumerate(partitions)]
+    users: list[list[int]] = [[] for _ in partitions]
+    for k, d in enumerate(deps):
+        for q in d:
+            users[q].append(k)
+    pending = [len(d) for d in deps]
+    ready = [(partitions[k].nodes[0], k) for k, n in enumerate(pending) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(ready, (partitions[u].nodes[0], u))
+    if len(order) != len(partitions):  # the grouping guarantees a DAG; this is its postcondition
+        raise AssertionError("partition plan is cyclic: grouping broke its acyclicity guarantee")
+    return tuple(partitions[k] for k in order)
+
+
+def make_plan(graph: GraphView, providers: Sequence[ExecutionProvider]) -> PartitionPlan:
+    """Ask each EP in priority order to claim what is left; fail if any node stays unclaimed."""
+    claims: list[SubgraphClaim] = []
+    declines: list[Decline] = []
+    for ep in providers:
+        result = ep.claim(graph, [p.nodes for p in claims])
+        claims.extend(result.claims)
+        declines.extend(result.declines)
+    assigned = [n for p in claims for n in p.nodes]
+    if len(assigned) != len(set(assigned)):
+        raise AssertionError("a node was claimed twice")
+    missing = sorted(set(range(len(graph.nodes))) - set(assigned))
+    if missing:
+        i = missing[0]
+        node = graph.nodes[i]
+        raise NoEpForOp(
+            node.name, node.domain, node.op_type, graph.opset_of(i),
+            [str(d) for d in declines if d.node == node.name],
+        )
+    return PartitionPlan(_order(graph, claims), tuple(declines), len(graph.nodes))

@@ -1,0 +1,195 @@
+"""Per-op claim checks for the TVM EP: conditions the Relax ONNX frontend or the build rejects.
+
+One registry keyed by (domain, op type, since-opset), like the frontend's
+versioned converters; each entry is a function that calls `require`/`deny`
+for every ordinary reason the op would fail to import, legalise, build or
+give a wrong answer. Generic checks (op in the convert map, opset range,
+dtypes, control flow) live in `providers/tvm.py`'s claim loop; only
+op-specific ones belong here.
+
+Every rule was found by `tools/probe_frontend.py` (onnx's backend node cases,
+plus variants with constant operands and a symbolic batch dim) on TVM 0.27:
+the comment above a rule says what happens without it. The rules live in two
+modules by op family, imported at the bottom of this one:
+
+- `tvm_rules_shape`: shape, indexing, reduction and resampling ops;
+- `tvm_rules_nn`: arithmetic, normalisation, pooling, conv, quantisation.
+
+The frontend turns a `Shape` output into a Relax shape value, which only a
+few converters accept; `rule()` runs that check (`require_no_shape_inputs`)
+before every registered rule, and `register_shape_input_check` registers it
+alone for the ops that have no rule of their own.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from ..api.claim import Rejected, require
+from ..api.registry import OpKey, OpRegistry
+from .node_context import NodeContext
+
+__all__ = ["TVM_OP_RULES", "OpRule", "rule"]
+
+OpRule = Callable[[NodeContext], None]
+
+TVM_OP_RULES: OpRegistry[OpRule] = OpRegistry()
+
+FALLBACK = "runs on the fallback EP"
+
+# Converters that accept a shape value (the frontend's `shape_compatible_ops`);
+# any other op fed by a Shape output fails to import ("cannot handle ShapeExpr inputs").
+SHAPE_VALUE_OPS = frozenset(
+    {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand", "Concat",
+     "Equal", "Where", "Cast", "CastLike", "Squeeze"}
+)
+
+
+def rule(op_type: str, since: int = 1, domain: str = "") -> Callable[[OpRule], OpRule]:
+    def register(fn: OpRule) -> OpRule:
+        def checked(ctx: NodeContext) -> None:
+            if op_type not in SHAPE_VALUE_OPS:
+                require_no_shape_inputs(ctx)
+            fn(ctx)
+
+        checked.__name__, checked.__doc__ = fn.__name__, fn.__doc__
+        TVM_OP_RULES.register(OpKey(domain, op_type, since), checked)
+        return fn
+
+    return register
+
+
+# -- helpers shared by the rule modules ------------------------------------------------
+
+
+def is_shape_value(ctx: NodeContext, name: str, depth: int = 0) -> bool:
+    """Whether the frontend holds `name` as a Relax shape value rather than a tensor.
+
+    `Shape` makes one; `Concat`/`Where` of shape values and constant 1-D int64
+    tensors keep one (a `Slice` or `Gather` of one is a tensor or scalar again).
+    """
+    graph = ctx.graph
+    if depth > 16 or name not in graph.producer:
+        return False
+    node = graph.nodes[graph.producer[name]]
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type == "Shape":
+        return True
+    if node.op_type in ("Concat", "Where"):
+        flags = []
+        for inp in node.input:
+            if not inp:
+                continue
+            if is_shape_value(ctx, inp, depth + 1):
+                flags.append(True)
+                continue
+            value = graph.constant(inp)
+            if value is None or (node.op_type == "Concat" and not (value.ndim == 1 and value.dtype == np.int64)):
+                return False
+            flags.append(False)
+        return any(flags)
+    return False
+
+
+def is_shape_derived(ctx: NodeContext, i: int, depth: int = 0) -> bool:
+    """Whether input `i` is a constant or computed from tensor shapes only (Shape, Gather, Concat, ...).
+
+    The frontend folds such values into shape expressions; a shape read from
+    tensor data at run time is what it cannot import.
+    """
+    if not ctx.has_input(i):
+        return False
+    return _shape_derived_name(ctx, ctx.node.input[i], depth)
+
+
+_SHAPE_ARITH = {"Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Cast", "Add", "Sub", "Mul",
+                "Div", "Reshape", "Identity", "Max", "Min", "Where", "Equal", "ConstantOfShape"}
+
+
+def _shape_derived_name(ctx: NodeContext, name: str, depth: int) -> bool:
+    graph = ctx.graph
+    if name in graph.initializers:
+        return True
+    if depth > 24 or name not in graph.producer:
+        return False
+    node = graph.nodes[graph.producer[name]]
+    if node.op_type == "Shape" or node.op_type == "Size":
+        return True
+    if node.op_type not in _SHAPE_ARITH:
+        return False
+    inputs = [n for n in node.input if n]
+    if node.op_type in ("Reshape", "Unsqueeze", "Squeeze", "Slice", "Gather") and inputs:
+        inputs = inputs[:1]
+    return all(_shape_derived_name(ctx, n, depth + 1) for n in inputs)
+
+
+def require_no_shape_inputs(ctx: NodeContext) -> None:
+    for i, name in enumerate(ctx.node.input):
+        if name and is_shape_value(ctx, name):
+            require(
+                False,
+                Rejected.INPUT,
+                f"input {i} ({name!r}) is the output of a Shape op, which the Relax frontend keeps as a "
+                f"shape value that {ctx.op_type} cannot take",
+                accepts=f"tensor inputs; shape values only into {', '.join(sorted(SHAPE_VALUE_OPS))}",
+                remediation=f"{FALLBACK}; fold the shape arithmetic to constants (e.g. onnxsim with static input shapes)",
+            )
+
+
+def require_const(ctx: NodeContext, i: int, what: str, *, optional: bool = True, remediation: str = "") -> None:
+    """Input `i` must be an initializer (or absent, when `optional`)."""
+    if not ctx.has_input(i):
+        require(optional, Rejected.INPUT, f"{what} (input {i}) is missing", accepts=f"a constant {what}")
+        return
+    require(
+        ctx.is_const(i),
+        Rejected.INPUT,
+        f"{what} (input {i}, {ctx.node.input[i]!r}) is computed at run time",
+        accepts=f"a constant {what} (an initializer or Constant node)",
+        remediation=remediation or f"{FALLBACK}; fold {what} to a constant (e.g. onnxsim) to let TVM take it",
+    )
+
+
+def require_attr(ctx: NodeContext, name: str, ok: Iterable, default, *, accepts: str, remediation: str = "") -> None:
+    value = ctx.attr(name, default)
+    if isinstance(value, bytes):
+        value = value.decode()
+    require(
+        value in tuple(ok),
+        Rejected.ATTRIBUTE,
+        f"{name}={value!r} is not supported by the Relax frontend",
+        accepts=accepts,
+        remediation=remediation or FALLBACK,
+    )
+
+
+def require_outputs(ctx: NodeContext, n: int, names: str, *, remediation: str = "") -> None:
+    """Only the first `n` outputs may be used (optional outputs the frontend does not produce)."""
+    used = [i for i, o in enumerate(ctx.node.output) if o and i >= n]
+    require(
+        not used,
+        Rejected.ATTRIBUTE,
+        f"optional output(s) {used} of {ctx.op_type} are used",
+        accepts=f"{names} only",
+        remediation=remediation or f"{FALLBACK}; drop the unused outputs from the node to let TVM take it",
+    )
+
+
+def register_shape_input_check(op_types: Iterable[str]) -> None:
+    """Register the Shape-input check alone for ops without a rule of their own."""
+    for op in op_types:
+        if op in SHAPE_VALUE_OPS or ("", op) in TVM_OP_RULES:
+            continue
+        TVM_OP_RULES.register(OpKey("", op, 1), require_no_shape_inputs)
+
+
+from . import tvm_rules_nn, tvm_rules_shape  # noqa: E402,F401  (registers the rules)
+
+try:  # every other op the frontend converts gets the Shape-input check
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    register_shape_input_check(_get_convert_map())
+except ImportError:  # pragma: no cover - TVM is a dependency of the EP
+    pass

@@ -1,0 +1,224 @@
+"""TVM claim rules for shape, indexing, reduction and resampling ops (see `tvm_rules`)."""
+from __future__ import annotations
+
+from ..api.claim import Rejected, deny, require
+from .node_context import NodeContext
+from .tvm_rules import FALLBACK, is_shape_derived, require_attr, require_const, rule
+
+# -- shape-producing ops: the target shape must be known when importing ------------------
+
+
+def _require_shape_operand(ctx: NodeContext, i: int, what: str) -> None:
+    require(
+        is_shape_derived(ctx, i),
+        Rejected.INPUT,
+        f"{what} (input {i}, {ctx.node.input[i]!r}) is read from tensor data at run time",
+        accepts=f"a constant {what}, or one computed from tensor shapes (Shape, Gather, Concat, ...)",
+        remediation=f"{FALLBACK}; fold {what} to a constant (e.g. onnxsim) or export with static shapes",
+    )
+
+
+# Without: a runtime shape tensor fails to import ("Reshape requires the input new shape to be Shape").
+@rule("Reshape")
+def _reshape(ctx: NodeContext) -> None:
+    _require_shape_operand(ctx, 1, "target shape")
+
+
+# Without: a runtime shape tensor imports, but the output keeps the data's dims
+# where the new shape broadcasts them (data (3,1), shape [2,1,6] gives (2,1,6), not (2,3,6)).
+@rule("Expand")
+def _expand(ctx: NodeContext) -> None:
+    _require_shape_operand(ctx, 1, "target shape")
+
+
+# Without: a runtime shape tensor imports but fails to legalise (assert in reshape_call_te).
+@rule("ConstantOfShape")
+def _constant_of_shape(ctx: NodeContext) -> None:
+    _require_shape_operand(ctx, 0, "output shape")
+
+
+# Without: "Dynamic Split not yet supported"; zero-size parts fail to build ("split_indices must be sorted").
+@rule("Split", since=13)
+def _split(ctx: NodeContext) -> None:
+    _split_sizes(ctx, ctx.const(1) if ctx.has_input(1) else None)
+    require_const(ctx, 1, "split sizes")
+
+
+@rule("Split")
+def _split_v1(ctx: NodeContext) -> None:
+    split = ctx.attr("split")
+    _split_sizes(ctx, None if split is None else list(split))
+
+
+def _split_sizes(ctx: NodeContext, sizes) -> None:
+    if sizes is None:
+        return
+    sizes = [int(s) for s in sizes]
+    require(
+        all(s > 0 for s in sizes),
+        Rejected.INPUT,
+        f"split sizes {sizes} contain a zero-size part",
+        accepts="split sizes that are all > 0",
+        remediation=f"{FALLBACK}; remove the empty outputs from the split",
+    )
+
+
+# Without: "TopK k must be a constant"; sorted=0 is refused by the converter.
+@rule("TopK", since=10)
+def _topk(ctx: NodeContext) -> None:
+    require_const(ctx, 1, "k")
+    require_attr(ctx, "sorted", (1,), 1, accepts="sorted=1")
+
+
+# Without: runtime pads/constant_value/axes fail to import ("Dynamic pads are not supported yet").
+@rule("Pad", since=11)
+def _pad(ctx: NodeContext) -> None:
+    require_const(ctx, 1, "pads", optional=False)
+    require_const(ctx, 2, "constant_value")
+    require_const(ctx, 3, "axes")
+
+
+# Without: a runtime `size` fails to import ("Dynamic size ... is not supported").
+@rule("AffineGrid")
+def _affine_grid(ctx: NodeContext) -> None:
+    require_const(ctx, 1, "size", optional=False)
+
+
+# Without: runtime max_output_boxes_per_class / thresholds give an empty (0, 3) result.
+@rule("NonMaxSuppression")
+def _nms(ctx: NodeContext) -> None:
+    for i, what in ((2, "max_output_boxes_per_class"), (3, "iou_threshold"), (4, "score_threshold")):
+        require_const(ctx, i, what)
+
+
+# Without: mode=CRD is computed as DCR (wrong values).
+@rule("SpaceToDepth")
+def _space_to_depth(ctx: NodeContext) -> None:
+    require_attr(ctx, "mode", ("DCR",), "DCR", accepts="mode=DCR (the default)")
+
+
+# Without: a runtime output_shape fails to import; a constant one too ('GenericConst' has no 'tolist').
+@rule("MaxUnpool")
+def _max_unpool(ctx: NodeContext) -> None:
+    require(
+        not ctx.has_input(2),
+        Rejected.INPUT,
+        f"output_shape input {ctx.node.input[2]!r} is given" if ctx.has_input(2) else "",
+        accepts="MaxUnpool without the output_shape input",
+        remediation=FALLBACK,
+    )
+
+
+# Without: a dtype attribute different from the input's fails to import ("dtype mismatch").
+@rule("EyeLike")
+def _eye_like(ctx: NodeContext) -> None:
+    dtype = ctx.attr("dtype")
+    src = ctx.inputs[0].elem_type if ctx.inputs and ctx.inputs[0] else None
+    require(
+        dtype is None or dtype == src,
+        Rejected.ATTRIBUTE,
+        f"dtype={dtype} differs from the input's element type {src}",
+        accepts="no dtype attribute, or the input's own element type",
+        remediation=f"{FALLBACK}; add a Cast after EyeLike instead",
+    )
+
+
+# -- reductions ---------------------------------------------------------------------------
+
+_REDUCE_AXES_INPUT_SINCE = {"ReduceSum": 13}
+_REDUCE_OPS = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+               "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare")
+
+
+def _reduce_rule(op: str):
+    # Without: runtime axes fail to import ("Only constant axes currently supported");
+    # reducing an empty tensor returns garbage instead of the identity (0, 1, -inf, ...);
+    # ReduceMax/ReduceMin of bool fail to build ("Cannot decide min_value for type bool").
+    def check(ctx: NodeContext) -> None:
+        if ctx.opset >= _REDUCE_AXES_INPUT_SINCE.get(op, 18):
+            require_const(ctx, 1, "axes")
+        shape = ctx.inputs[0].shape if ctx.inputs and ctx.inputs[0] else None
+        require(
+            shape is None or 0 not in shape,
+            Rejected.SHAPE,
+            f"input shape {list(shape or ())} is empty (a zero-size dim)",
+            accepts="inputs with no zero-size dimension",
+            remediation=FALLBACK,
+        )
+        if op in ("ReduceMax", "ReduceMin"):
+            require(
+                ctx.inputs[0] is None or ctx.inputs[0].type_name != "bool",
+                Rejected.DTYPE,
+                "bool input",
+                accepts="numeric inputs",
+                remediation=f"{FALLBACK}; Cast to uint8 first to let TVM take it",
+            )
+
+    check.__name__ = f"_{op.lower()}"
+    return check
+
+
+for _op in _REDUCE_OPS:
+    rule(_op)(_reduce_rule(_op))
+
+
+# -- resampling ---------------------------------------------------------------------------
+
+# Without: runtime scales/sizes fail to import; antialias, axes, keep_aspect_ratio_policy
+# and half_pixel_symmetric fail to import or build; a scale that does not give an integral
+# output size is applied as out/in by TVM, not as the given scale (wrong values).
+@rule("Resize", since=10)
+def _resize(ctx: NodeContext) -> None:
+    rank = ctx.rank(0)
+    require(
+        rank in (3, 4, 5),
+        Rejected.SHAPE,
+        f"input rank {rank}",
+        accepts="rank 3, 4 or 5 inputs (resize1d/2d/3d)",
+        remediation=FALLBACK,
+    )
+    scales_i = 1 if ctx.opset < 11 else 2
+    require_const(ctx, scales_i, "scales")
+    if ctx.opset >= 11:
+        require_const(ctx, 3, "sizes")
+    require_attr(ctx, "antialias", (0,), 0, accepts="antialias=0")
+    require(
+        ctx.attr("axes") is None,
+        Rejected.ATTRIBUTE,
+        f"axes={list(ctx.attr('axes') or [])}",
+        accepts="no axes attribute (scales/sizes for every dim)",
+        remediation=f"{FALLBACK}; give scales or sizes for all dims",
+    )
+    require_attr(ctx, "keep_aspect_ratio_policy", ("stretch",), "stretch", accepts="keep_aspect_ratio_policy=stretch")
+    require_attr(
+        ctx, "coordinate_transformation_mode",
+        ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel", "tf_crop_and_resize"),
+        "half_pixel",
+        accepts="half_pixel, align_corners, asymmetric, pytorch_half_pixel, tf_crop_and_resize",
+    )
+    if ctx.attr("coordinate_transformation_mode", b"") in (b"tf_crop_and_resize", "tf_crop_and_resize"):
+        require_const(ctx, 1, "roi")
+    scales = ctx.const(scales_i)
+    shape = ctx.inputs[0].shape if ctx.inputs[0] else None
+    if scales is not None and scales.size and shape is not None:
+        for d, s in zip(shape, scales.tolist()):
+            if isinstance(d, int):
+                out = d * s
+                require(
+                    abs(out - round(out)) < 1e-6,
+                    Rejected.INPUT,
+                    f"scale {s} on a dim of size {d} gives a fractional output size {out:g}",
+                    accepts="scales that give integral output sizes, or constant sizes",
+                    remediation=f"{FALLBACK}; export with sizes instead of scales",
+                )
+
+
+# Without: Upsample-9 reads `scales` from an attribute that no longer exists (import fails).
+@rule("Upsample")
+def _upsample(ctx: NodeContext) -> None:
+    deny(
+        Rejected.OP,
+        f"Upsample-{ctx.opset} is not imported correctly (scales is an input since opset 9)",
+        accepts="Resize",
+        remediation=f"{FALLBACK}; re-export with Resize (opset >= 11)",
+    )

@@ -1,0 +1,89 @@
+"""CPUExecutionProvider: the fallback, running what the TVM EP left on onnxruntime's CPU EP."""
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import onnx
+import onnxruntime as ort
+
+from ..api.claim import ClaimResult, Decline, Rejected, SubgraphClaim
+from ..api.device import DeviceId, DeviceType, EpId
+from ..api.errors import KernelFailed, NoEpForOp
+from ..api.kernel import Kernel
+from ..api.provider import ExecutionProvider
+from ..api.tensor import TensorView
+from ..graph.extract import extract_model
+from ..graph.model import GraphView
+from ..partition.claims import make_claims
+from ..partition.grouping import group_nodes
+from .options import as_int, reject_unknown
+
+__all__ = ["CPUExecutionProvider", "OrtKernel"]
+
+# Domains onnx ships schemas for; other domains (com.microsoft, custom) are left to onnxruntime itself.
+_ONNX_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
+
+
+class OrtKernel(Kernel):
+    """One partition as an onnxruntime session (thread-safe, as `InferenceSession.run` is)."""
+
+    def __init__(self, model: onnx.ModelProto, options: ort.SessionOptions, device: DeviceId):
+        self.input_names = tuple(i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer})
+        self.output_names = tuple(o.name for o in model.graph.output)
+        self.device = device
+        self._session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+    def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
+        feeds = {name: view.numpy() for name, view in zip(self.input_names, inputs)}
+        try:
+            outputs = self._session.run(list(self.output_names), feeds)
+        except Exception as exc:
+            raise KernelFailed(f"onnxruntime failed on {self.output_names}: {exc}") from exc
+        return [TensorView(o) for o in outputs]
+
+
+class CPUExecutionProvider(ExecutionProvider):
+    """Claims every node left over, as acyclic subgraphs, so any valid model runs."""
+
+    ep_id = EpId("CPUExecutionProvider")
+    OPTIONS = ("intra_op_num_threads",)
+
+    def __init__(self, intra_op_num_threads: int = 0):
+        self.device = DeviceId(DeviceType.CPU, 0)
+        self.intra_op_num_threads = as_int("intra_op_num_threads", intra_op_num_threads)
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> "CPUExecutionProvider":
+        reject_unknown(str(cls.ep_id), options, cls.OPTIONS)
+        return cls(**options)
+
+    def claim(self, graph: GraphView, taken: Sequence[Collection[int]] = ()) -> ClaimResult:
+        skip = {n for group in taken for n in group}
+        accepted, declines = [], []
+        for i, node in enumerate(graph.nodes):
+            if i in skip:
+                continue
+            if node.domain in _ONNX_DOMAINS and not onnx.defs.has(node.op_type, node.domain):
+                declines.append(
+                    Decline(node.name, node.op_type, node.domain, graph.opset_of(i), self.ep_id, Rejected.OP,
+                            f"{node.domain or 'ai.onnx'} defines no op {node.op_type!r}",
+                            "ops with an ONNX schema, or custom-domain ops registered with onnxruntime",
+                            "fix the op name or domain, or register the custom op library")
+                )
+                continue
+            accepted.append(i)
+        groups = group_nodes(graph, accepted, taken)
+        return ClaimResult(make_claims(graph, self.ep_id, groups, "cpu"), tuple(declines))
+
+    def compile(self, graph: GraphView, claim: SubgraphClaim) -> OrtKernel:
+        model = extract_model(graph, claim.nodes, claim.inputs, claim.outputs, claim.name)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.intra_op_num_threads
+        options.log_severity_level = 3
+        try:
+            return OrtKernel(model, options, self.device)
+        except Exception as exc:
+            node = graph.nodes[claim.nodes[0]]
+            bad = next((graph.nodes[i] for i in claim.nodes if f"'{graph.nodes[i].op_type}'" in str(exc) or graph.nodes[i].name in str(exc)), node)
+            raise NoEpForOp(bad.name, bad.domain, bad.op_type, graph.opset_of(graph.nodes.index(bad)), [f"onnxruntime: {exc}"]) from exc

@@ -1,0 +1,36 @@
+"""Provider-option parsing shared by the EPs (onnxruntime passes options as strings)."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..api.errors import InvalidProviderOptions
+
+__all__ = ["as_int", "as_str_list", "reject_unknown"]
+
+
+def as_int(name: str, value: Any, minimum: int = 0) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise InvalidProviderOptions(f"option {name!r} must be an integer, got {value!r}") from None
+    if number < minimum:
+        raise InvalidProviderOptions(f"option {name!r} must be >= {minimum}, got {number}")
+    return number
+
+
+def as_str_list(name: str, value: Any) -> tuple[str, ...]:
+    """A list of names, or one comma-separated string as onnxruntime's string options spell it."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, Iterable) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise InvalidProviderOptions(f"option {name!r} must be a list of strings or a comma-separated string")
+
+
+def reject_unknown(ep: str, given: Iterable[str], known: Iterable[str]) -> None:
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise InvalidProviderOptions(f"{ep} does not know option(s) {unknown}; it accepts {sorted(known)}")

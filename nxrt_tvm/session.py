@@ -1,0 +1,192 @@
+"""InferenceSession: load, partition, compile once; run the partitions in order on every call."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from .api.errors import (
+    InputShapeMismatch,
+    InputTypeMismatch,
+    InvalidFeed,
+    InvalidProviderOptions,
+    MissingInput,
+    NoEpForOp,
+    UnknownInput,
+)
+from .api.kernel import Kernel
+from .api.provider import ExecutionProvider
+from .api.tensor import TensorView
+from .graph.model import GraphView, ModelSource, ValueInfo, load_model
+from .partition.plan import PartitionPlan, make_plan
+from .providers import EP_REGISTRY, FALLBACK_EP
+
+__all__ = ["InferenceSession", "NodeArg", "DEFAULT_PROVIDERS"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROVIDERS = ("TvmExecutionProvider", "CPUExecutionProvider")
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A model input or output as onnxruntime describes it (`name`, `shape`, `type`)."""
+
+    name: str
+    shape: list[int | str | None]
+    type: str
+
+
+def _node_arg(info: ValueInfo) -> NodeArg:
+    type_name = "tensor(unknown)" if info.elem_type is None else f"tensor({onnx.helper.tensor_dtype_to_string(info.elem_type).split('.')[-1].lower()})"
+    return NodeArg(info.name, list(info.shape) if info.shape is not None else [], type_name)
+
+
+def _make_providers(providers: Sequence[Any] | None, options: Sequence[dict] | None) -> list[ExecutionProvider]:
+    names = list(providers) if providers is not None else list(DEFAULT_PROVIDERS)
+    if options is not None and len(options) != len(names):
+        raise InvalidProviderOptions(f"{len(names)} providers but {len(options)} provider_options; give one dict per provider")
+    made: list[ExecutionProvider] = []
+    for k, entry in enumerate(names):
+        opts = dict(options[k]) if options is not None else {}
+        if isinstance(entry, ExecutionProvider):
+            made.append(entry)
+            continue
+        if isinstance(entry, tuple) and len(entry) == 2:  # onnxruntime's ("Name", {options}) form
+            entry, opts = entry[0], {**entry[1], **opts}
+        made.append(EP_REGISTRY.create(str(entry), opts))  # type: ignore[arg-type]
+    if not any(p.ep_id == FALLBACK_EP for p in made):
+        made.append(EP_REGISTRY.create(FALLBACK_EP))  # type: ignore[arg-type]
+    return made
+
+
+class InferenceSession:
+    """Runs an ONNX model with TVM-compiled partitions and an onnxruntime fallback.
+
+    Mirrors `onnxruntime.InferenceSession`: ``run(output_names, input_feed)``,
+    ``get_inputs()``, ``get_outputs()``; ``plan`` shows who runs what and why.
+    """
+
+    def __init__(
+        self,
+        path_or_bytes: ModelSource,
+        sess_options: Any = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict] | None = None,
+    ):
+        started = time.perf_counter()
+        self._graph = load_model(path_or_bytes)
+        self._providers = _make_providers(providers, provider_options)
+        self.plan: PartitionPlan = make_plan(self._graph, self._providers)
+        by_id = {p.ep_id: p for p in self._providers}
+        self._kernels: list[Kernel] = []
+        for partition in self.plan.partitions:
+            try:
+                self._kernels.append(by_id[partition.ep].compile(self._graph, partition))
+            except NoEpForOp as exc:  # the last EP could not run it either: say why every EP refused
+                declined = [str(d) for d in self.plan.declines if d.node == exc.node]
+                raise NoEpForOp(exc.node, exc.domain, exc.op_type, exc.opset, declined + exc.reasons) from exc
+        self._inputs = {i.name: i for i in self._graph.inputs}
+        self._release_after = self._lifetimes()
+        self.load_seconds = time.perf_counter() - started
+        log.info("session ready in %.3f s: %s", self.load_seconds, self.plan.nodes_by_ep())
+
+    @property
+    def graph(self) -> GraphView:
+        return self._graph
+
+    def get_inputs(self) -> list[NodeArg]:
+        return [_node_arg(i) for i in self._graph.inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [_node_arg(o) for o in self._graph.outputs]
+
+    def get_providers(self) -> list[str]:
+        return [str(p.ep_id) for p in self._providers]
+
+    def _lifetimes(self) -> list[list[str]]:
+        """For each partition, the values no later partition reads: freed right after it runs."""
+        last: dict[str, int] = {}
+        for k, p in enumerate(self.plan.partitions):
+            for name in p.inputs:
+                last[name] = k
+            for name in p.outputs:
+                last.setdefault(name, k)
+        keep = self._graph.output_names
+        release: list[list[str]] = [[] for _ in self.plan.partitions]
+        for name, k in last.items():
+            if name not in keep:
+                release[k].append(name)
+        return release
+
+    # -- feeds -------------------------------------------------------------------------
+    def _validate(self, feeds: dict[str, Any]) -> dict[str, TensorView]:
+        if not isinstance(feeds, dict):
+            raise InvalidFeed(f"input_feed must be a dict of input name -> array, got {type(feeds).__name__}")
+        unknown = sorted(set(feeds) - set(self._inputs))
+        if unknown:
+            raise UnknownInput(f"unknown input name(s) {unknown}; the model's inputs are {list(self._inputs)}")
+        missing = [n for n in self._inputs if n not in feeds]
+        if missing:
+            raise MissingInput(f"missing input(s) {missing}; feed every input of {list(self._inputs)}")
+        bound: dict[str, int] = {}
+        views: dict[str, TensorView] = {}
+        for name, value in feeds.items():
+            info = self._inputs[name]
+            if not hasattr(value, "__dlpack__"):
+                if not isinstance(value, (np.ndarray, np.generic, list, tuple, int, float, bool)):
+                    raise InputTypeMismatch(f"input {name!r}: expected a numpy array, got {type(value).__name__}")
+                value = np.asarray(value)
+            if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+                value = np.ascontiguousarray(value)
+            view = TensorView(value)
+            if info.dtype is not None and view.dtype != info.dtype:
+                raise InputTypeMismatch(
+                    f"input {name!r}: expected element type {info.dtype} ({_node_arg(info).type}), got {view.dtype}; "
+                    f"convert with .astype(np.{info.dtype})"
+                )
+            if info.shape is not None:
+                if len(view.shape) != len(info.shape):
+                    raise InputShapeMismatch(
+                        f"input {name!r}: expected rank {len(info.shape)} {list(info.shape)}, got shape {list(view.shape)}"
+                    )
+                for axis, (want, got) in enumerate(zip(info.shape, view.shape)):
+                    if isinstance(want, int) and want != got:
+                        raise InputShapeMismatch(
+                            f"input {name!r}: dimension {axis} must be {want}, got {got} (shape {list(view.shape)})"
+                        )
+                    if isinstance(want, str):
+                        if bound.setdefault(want, got) != got:
+                            raise InputShapeMismatch(
+                                f"input {name!r}: dimension {axis} ({want!r}) is {got}, but {want!r} was {bound[want]} in another input"
+                            )
+            views[name] = view
+        return views
+
+    # -- run ---------------------------------------------------------------------------
+    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list[np.ndarray]:
+        """Compute the requested outputs (all when `output_names` is None) as numpy arrays."""
+        wanted = [o.name for o in self._graph.outputs] if output_names is None else list(output_names)
+        bad = [n for n in wanted if n not in self._graph.output_names]
+        if bad:
+            raise InvalidFeed(f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._graph.outputs]}")
+        env: dict[str, TensorView] = dict(self._validate(input_feed))
+        for partition, kernel, release in zip(self.plan.partitions, self._kernels, self._release_after):
+            results = kernel.compute([env[name] for name in partition.inputs])
+            env.update(zip(partition.outputs, results))
+            for name in release:
+                env.pop(name, None)
+        return [self._fetch(name, env) for name in wanted]
+
+    def _fetch(self, name: str, env: dict[str, TensorView]) -> np.ndarray:
+        if name in env:
+            return env[name].numpy()
+        value = self._graph.constant(name)  # an output that is an initializer
+        if value is None:
+            raise AssertionError(f"output {name!r} was not computed")
+        return value

@@ -1,0 +1,51 @@
+"""The nxrt-tvm command: plan (text and JSON) and run --check, on the bundled and given models."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+
+import model_zoo
+from nxrt_tvm.cli import main
+
+
+def test_plan_json_on_bundled_model(capsys):
+    assert main(["plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["nodes_by_ep"]["TvmExecutionProvider"] > 0
+    eps = [p["ep"] for p in plan["partitions"]]
+    assert "CPUExecutionProvider" in eps
+    (decline,) = plan["declines"]
+    assert decline["op_type"] == "Celu" and decline["remediation"]
+
+
+def test_plan_text_names_declines(capsys, tmp_path):
+    path = tmp_path / "trap.onnx"
+    onnx.save(model_zoo.cycle_trap(), path)
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 partitions" in out and "declined node" in out and "Celu" in out
+
+
+def test_run_check_with_inputs_file(capsys, tmp_path):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model_zoo.mlp(), path)
+    np.savez(tmp_path / "in.npz", x=np.ones((3, 64), np.float32))
+    assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--check", "--repeat", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["check"]["ok"] and report["outputs"]["probs"] == [3, 10]
+    assert report["latency_ms"]["ratio"] > 0
+
+
+def test_run_check_default_model(capsys):
+    assert main(["run", "--check", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "-> ok" in out and "ratio" in out
+
+
+def test_bad_model_is_an_error_not_a_traceback(capsys, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    assert main(["plan", str(bad)]) == 2
+    assert "cannot read" in capsys.readouterr().err

@@ -1,0 +1,141 @@
+"""End-to-end parity of InferenceSession with onnxruntime on real (small) models."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import model_zoo
+import nxrt_tvm as nx
+from conftest import DATA, assert_parity, ort_run
+
+TVM = nx.EpId("TvmExecutionProvider")
+CPU = nx.EpId("CPUExecutionProvider")
+
+
+def _eps(sess: nx.InferenceSession) -> list[str]:
+    return [str(p.ep) for p in sess.plan.partitions]
+
+
+def test_cnn_runs_as_one_tvm_partition():
+    model = model_zoo.cnn()
+    sess = nx.InferenceSession(model)
+    assert _eps(sess) == [TVM] and not sess.plan.declines
+    feeds = model_zoo.make_inputs("cnn")
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def test_mlp_symbolic_batch_at_two_sizes():
+    model = model_zoo.mlp()
+    sess = nx.InferenceSession(model)
+    assert _eps(sess) == [TVM]
+    assert sess.get_inputs()[0].shape == ["N", 64]
+    rng = np.random.default_rng(0)
+    for batch in (1, 7):
+        feeds = {"x": rng.standard_normal((batch, 64)).astype(np.float32)}
+        out = sess.run(None, feeds)
+        assert out[0].shape == (batch, 10)
+        assert_parity(out, ort_run(model, feeds))
+
+
+def test_attention_block_with_layernorm():
+    model = model_zoo.attention_block()
+    sess = nx.InferenceSession(model)
+    ops = {n.op_type for n in model.graph.node}
+    assert "LayerNormalization" in ops and _eps(sess) == [TVM]
+    feeds = model_zoo.make_inputs("attention_block")
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["torch_encoder"])
+def test_exported_models(name):
+    """Models exported offline with torch / transformers (random weights), checked in under tests/data."""
+    path = DATA / f"{name}.onnx"
+    stored = np.load(DATA / f"{name}.npz")
+    sess = nx.InferenceSession(path)
+    feeds = {i.name: stored[i.name] for i in sess.get_inputs()}
+    assert sum(len(p) for p in sess.plan.partitions if p.ep == TVM) > 0
+    assert_parity(sess.run(None, feeds), ort_run(path, feeds), rtol=1e-3, atol=1e-4)
+
+
+def test_cycle_trap_splits_around_the_declined_node():
+    model = model_zoo.cycle_trap()
+    sess = nx.InferenceSession(model)
+    # A -> X(declined) -> B and A -> B: A and B must not share a partition.
+    assert _eps(sess) == [TVM, CPU, TVM]
+    declined = {d.op_type for d in sess.plan.declines}
+    assert declined == {"Celu"}
+    feeds = model_zoo.make_inputs("cycle_trap")
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def test_op_the_frontend_lacks_falls_back():
+    model = model_zoo.unsupported_op()
+    sess = nx.InferenceSession(model)
+    assert CPU in _eps(sess) and TVM in _eps(sess)
+    assert any(d.op_type == "Det" for d in sess.plan.declines)
+    feeds = model_zoo.make_inputs("unsupported_op")
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+
+
+def test_if_runs_on_fallback_with_outer_scope_values():
+    model = model_zoo.with_if()
+    sess = nx.InferenceSession(model)
+    if_decline = [d for d in sess.plan.declines if d.op_type == "If"]
+    assert if_decline and "subgraph" in if_decline[0].detail
+    assert TVM in _eps(sess)
+    rng = np.random.default_rng(3)
+    for sign in (1.0, -1.0):  # both branches
+        feeds = {"x": (np.abs(rng.standard_normal((4, 8))) * sign).astype(np.float32)}
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def test_declines_are_actionable():
+    sess = nx.InferenceSession(model_zoo.default_model())
+    assert sess.plan.declines
+    for d in sess.plan.declines:
+        assert d.node and d.op_type and d.opset > 0 and d.ep == TVM
+        assert d.detail and d.accepts and d.remediation
+        text = str(d)
+        assert d.node in text and d.op_type in text and "accepts" in text and "fix" in text
+
+
+def test_output_subset_and_order():
+    model = model_zoo.cycle_trap()
+    sess = nx.InferenceSession(model)
+    feeds = model_zoo.make_inputs("cycle_trap")
+    (full,) = sess.run(None, feeds)
+    (named,) = sess.run([sess.get_outputs()[0].name], feeds)
+    np.testing.assert_array_equal(full, named)
+
+
+def test_cpu_only_session_matches():
+    model = model_zoo.cnn()
+    sess = nx.InferenceSession(model, providers=["CPUExecutionProvider"])
+    assert _eps(sess) == [CPU]
+    feeds = model_zoo.make_inputs("cnn")
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def test_node_no_ep_can_run_fails_at_load():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"], name="ok"), helper.make_node("Frobnicate", ["a"], ["y"], name="bad", domain="com.example")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    with pytest.raises(nx.NoEpForOp, match="'bad'.*com.example::Frobnicate") as info:
+        nx.InferenceSession(model)
+    assert any("onnxruntime" in r for r in info.value.reasons)
+    assert any("TvmExecutionProvider" in r for r in info.value.reasons)
+
+
+def test_intermediates_are_released_after_last_use():
+    sess = nx.InferenceSession(model_zoo.cycle_trap())
+    released = {name for names in sess._release_after for name in names}
+    produced = {o for p in sess.plan.partitions for o in p.outputs}
+    feeds = {i.name for i in sess.graph.inputs}
+    assert released == (produced | feeds) - sess.graph.output_names
