@@ -6,8 +6,23 @@ _os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0))))
 
 from .api import *  # noqa: E402,F403 - the contract is the public surface
 from .api import __all__ as _api_names  # noqa: E402
+from .aot import CompileReport, compile_model  # noqa: E402
+from .epcontext.record import EpContext  # noqa: E402
+from .epcontext.registry import EpContextRegistry, build_ep_context_registry  # noqa: E402
 from .partition.plan import PartitionPlan  # noqa: E402
 from .session import InferenceSession, NodeArg  # noqa: E402
+from .session_options import SessionOptions  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["InferenceSession", "NodeArg", "PartitionPlan", *_api_names]
+__all__ = [
+    "InferenceSession",
+    "SessionOptions",
+    "NodeArg",
+    "PartitionPlan",
+    "compile_model",
+    "CompileReport",
+    "EpContext",
+    "EpContextRegistry",
+    "build_ep_context_registry",
+    *_api_names,
+]

@@ -5,6 +5,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,12 +20,19 @@ from .api.errors import (
     NoEpForOp,
     UnknownInput,
 )
+from .api.claim import Cost, SubgraphClaim
 from .api.kernel import Kernel
 from .api.provider import ExecutionProvider
 from .api.tensor import TensorView
-from .graph.model import GraphView, ModelSource, ValueInfo, load_model
+from .epcontext.loader import ResolvedContexts, resolve_contexts
+from .epcontext.registry import build_ep_context_registry
+from .epcontext.writer import write_context_model
+from .graph.model import GraphView, ModelSource, ValueInfo, load_model, read_model
+from .partition.claims import make_claims
+from .partition.grouping import group_nodes
 from .partition.plan import PartitionPlan, make_plan
 from .providers import EP_REGISTRY, FALLBACK_EP
+from .session_options import SessionConfig
 
 __all__ = ["InferenceSession", "NodeArg", "DEFAULT_PROVIDERS"]
 
@@ -80,21 +88,71 @@ class InferenceSession:
         provider_options: Sequence[dict] | None = None,
     ):
         started = time.perf_counter()
-        self._graph = load_model(path_or_bytes)
+        self.config = SessionConfig.parse(sess_options)
+        model, model_dir = read_model(path_or_bytes)
+        if isinstance(path_or_bytes, onnx.ModelProto):
+            model = onnx.ModelProto.FromString(model.SerializeToString())  # never edit the caller's proto
         self._providers = _make_providers(providers, provider_options)
-        self.plan: PartitionPlan = make_plan(self._graph, self._providers)
+        for ep in self._providers:
+            if hasattr(ep, "compile_disabled"):
+                ep.compile_disabled = self.config.disable_model_compile
+        contexts = resolve_contexts(
+            model, model_dir, build_ep_context_registry(self._providers), self.config.context_on_mismatch
+        )
+        self._graph = load_model(model)
+        fixed, preloaded = self._context_partitions(contexts)
+        self.plan: PartitionPlan = make_plan(self._graph, self._providers, fixed)
         by_id = {p.ep_id: p for p in self._providers}
         self._kernels: list[Kernel] = []
         for partition in self.plan.partitions:
-            try:
-                self._kernels.append(by_id[partition.ep].compile(self._graph, partition))
-            except NoEpForOp as exc:  # the last EP could not run it either: say why every EP refused
-                declined = [str(d) for d in self.plan.declines if d.node == exc.node]
-                raise NoEpForOp(exc.node, exc.domain, exc.op_type, exc.opset, declined + exc.reasons) from exc
+            kernel = preloaded.get(partition.name)
+            if kernel is None:
+                try:
+                    kernel = by_id[partition.ep].compile(self._graph, partition)
+                except NoEpForOp as exc:  # the last EP could not run it either: say why every EP refused
+                    declined = [str(d) for d in self.plan.declines if d.node == exc.node]
+                    raise NoEpForOp(exc.node, exc.domain, exc.op_type, exc.opset, declined + exc.reasons) from exc
+            kernel.prepare()
+            self._kernels.append(kernel)
         self._inputs = {i.name: i for i in self._graph.inputs}
         self._release_after = self._lifetimes()
+        self.refused_contexts = list(contexts.refused)
+        if self.config.context_enable:
+            self._write_context_model(path_or_bytes)
         self.load_seconds = time.perf_counter() - started
         log.info("session ready in %.3f s: %s", self.load_seconds, self.plan.nodes_by_ep())
+
+    def _context_partitions(self, contexts: ResolvedContexts) -> tuple[list[SubgraphClaim], dict[str, Kernel]]:
+        """Partitions fixed before any EP claims: loaded EPContext nodes, and source restored for the fallback."""
+        graph = self._graph
+        index = {node.name: i for i, node in enumerate(graph.nodes)}
+        fixed: list[SubgraphClaim] = []
+        preloaded: dict[str, Kernel] = {}
+        for node_name, (ctx, ep) in contexts.loadable.items():
+            i = index[node_name]
+            inputs, outputs = graph.boundary([i])
+            fixed.append(SubgraphClaim(ep.ep_id, ctx.partition_name, (i,), inputs, outputs, Cost(source="precompiled")))
+            preloaded[ctx.partition_name] = ep.load_context(ctx, graph.initializers)
+        if contexts.fallback_nodes:
+            fallback = next(p for p in self._providers if p.ep_id == FALLBACK_EP)
+            groups = group_nodes(graph, [index[n] for n in contexts.fallback_nodes], [c.nodes for c in fixed])
+            fixed.extend(make_claims(graph, fallback.ep_id, groups, "cpu"))
+        return fixed, preloaded
+
+    def _write_context_model(self, source: ModelSource) -> None:
+        """`ep.context_enable`: save every compiled partition as an EPContext node."""
+        if self.config.context_file_path:
+            path = Path(self.config.context_file_path)
+        elif isinstance(source, (str, Path)):
+            path = Path(source).with_name(Path(source).stem + "_ctx.onnx")
+        else:
+            raise InvalidProviderOptions("ep.context_enable on a model given as bytes needs ep.context_file_path")
+        by_id = {p.ep_id: p for p in self._providers}
+        contexts = {}
+        for partition, kernel in zip(self.plan.partitions, self._kernels):
+            if partition.ep != FALLBACK_EP and partition.cost.source != "precompiled":
+                contexts[partition.name] = by_id[partition.ep].save_context(kernel)
+        write_context_model(self._graph, self.plan, contexts, path, embed_mode=self.config.context_embed_mode)
 
     @property
     def graph(self) -> GraphView:
@@ -176,9 +234,9 @@ class InferenceSession:
         if bad:
             raise InvalidFeed(f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._graph.outputs]}")
         env: dict[str, TensorView] = dict(self._validate(input_feed))
-        for partition, kernel, release in zip(self.plan.partitions, self._kernels, self._release_after):
-            results = kernel.compute([env[name] for name in partition.inputs])
-            env.update(zip(partition.outputs, results))
+        for kernel, release in zip(self._kernels, self._release_after):
+            results = kernel.compute([env[name] for name in kernel.input_names])
+            env.update(zip(kernel.output_names, results))
             for name in release:
                 env.pop(name, None)
         return [self._fetch(name, env) for name in wanted]

@@ -26,6 +26,12 @@ __all__ = [
     "InputTypeMismatch",
     "InputShapeMismatch",
     "InvalidProviderOptions",
+    "CompileDisabled",
+    "ContextRejected",
+    "ContextIntegrityError",
+    "ContextTargetMismatch",
+    "ContextVersionMismatch",
+    "ContextPathError",
 ]
 
 
@@ -128,3 +134,35 @@ class InputTypeMismatch(InvalidFeed, TypeError):
 
 class InputShapeMismatch(InvalidFeed):
     """A feed's rank or a fixed dimension differs from the input's declared shape."""
+
+
+class CompileDisabled(EpError):
+    """The session may not compile (``session.disable_model_compile``) but the model needs it."""
+
+
+class ContextRejected(EpError):
+    """An EPContext blob may not be loaded on this host; raised before any native code is loaded.
+
+    `partition` names the EPContext node's partition; the message says what
+    differs and what to do.
+    """
+
+    def __init__(self, partition: str, reason: str, remedy: str):
+        self.partition, self.reason, self.remedy = partition, reason, remedy
+        super().__init__(f"EPContext partition {partition!r} refused: {reason}; {remedy}")
+
+
+class ContextIntegrityError(ContextRejected):
+    """The blob's bytes are not the ones that were compiled (sha256 or size differs, truncated, swapped)."""
+
+
+class ContextTargetMismatch(ContextRejected):
+    """The blob was built for another target or for hardware this host lacks."""
+
+
+class ContextVersionMismatch(ContextRejected):
+    """The blob was built by another TVM version or in another EPContext format version."""
+
+
+class ContextPathError(ContextRejected):
+    """An external blob path is absolute, leaves the model's folder, or is missing."""

@@ -31,6 +31,9 @@ class Kernel(abc.ABC):
     output_names: tuple[str, ...]
     device: DeviceId
 
+    def prepare(self) -> None:
+        """Acquire what running needs (device, runtime state) so that failures show at session load."""
+
     @abc.abstractmethod
     def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
         """Run the subgraph; raise `KernelFailed` (never a bare exception) on failure."""

@@ -19,18 +19,21 @@ def extract_model(
     name: str,
     *,
     input_infos: dict[str, ValueInfo] | None = None,
+    exclude_initializers: Sequence[str] = (),
 ) -> onnx.ModelProto:
     """A model with `nodes` (in graph order), `inputs`/`outputs` as its interface and the initializers it reads.
 
     `input_infos` overrides the declared type of boundary inputs (used to give
-    unknown dims a name so compilers treat them as symbolic).
+    unknown dims a name so compilers treat them as symbolic); initializers in
+    `exclude_initializers` are left out (the caller feeds them as inputs).
     """
     members = sorted(nodes)
     used: dict[str, None] = {}
     for i in members:
         for n in graph.node_inputs[i]:
             used[n] = None
-    initializers = [graph.initializers[n] for n in used if n in graph.initializers]
+    skip = set(exclude_initializers)
+    initializers = [graph.initializers[n] for n in used if n in graph.initializers and n not in skip]
     infos = input_infos or {}
     produced = {o for i in members for o in graph.nodes[i].output if o}
     value_info = [

@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 from ..api.errors import InvalidModel
 from ..api.registry import normalize_domain
 
-__all__ = ["ValueInfo", "GraphView", "load_model", "ModelSource"]
+__all__ = ["ValueInfo", "GraphView", "load_model", "read_model", "ModelSource", "attributes"]
 
 ModelSource = str | Path | bytes | onnx.ModelProto
 
@@ -203,7 +203,8 @@ class GraphView:
         return tuple(inputs), tuple(outputs)
 
 
-def _read(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
+def read_model(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
+    """The model proto (external data loaded) and the folder it came from (None for bytes/protos)."""
     if isinstance(source, onnx.ModelProto):
         return source, None
     try:
@@ -284,7 +285,7 @@ def _normalise(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def load_model(source: ModelSource, *, check: bool = True) -> GraphView:
     """Read, check, normalise and shape-infer a model; raise `InvalidModel` with the reason on failure."""
-    model, _ = _read(source)
+    model, _ = read_model(source)
     model = onnx.ModelProto.FromString(model.SerializeToString()) if isinstance(source, onnx.ModelProto) else model
     if check:
         try:

@@ -22,7 +22,14 @@ from ..graph.extract import extract_model
 from ..graph.model import GraphView, ValueInfo
 from .pipeline import lowering_pipeline
 
-__all__ = ["partition_model", "import_onnx", "locate_failure", "build_executable", "compile_partition"]
+__all__ = [
+    "partition_model",
+    "weight_names",
+    "import_onnx",
+    "locate_failure",
+    "build_executable",
+    "compile_partition",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +61,45 @@ def native_log_to_logging() -> Iterator[None]:
                 log.debug("tvm: %s", line)
 
 
-def partition_model(graph: GraphView, nodes: Sequence[int], name: str) -> onnx.ModelProto:
-    """The standalone model of a node set; unknown input dims get names so TVM treats them as symbolic."""
+#: Initializers at least this large (elements, floating point) become inputs of weightless builds;
+#: smaller ones (shapes, axes, scales) stay constants, which the frontend needs to see.
+WEIGHT_MIN_ELEMENTS = 256
+
+
+def weight_names(graph: GraphView, nodes: Sequence[int]) -> tuple[str, ...]:
+    """The initializers a weightless build of `nodes` takes as inputs, in first-use order."""
+    names: dict[str, None] = {}
+    for i in sorted(nodes):
+        for name in graph.node_inputs[i]:
+            tensor = graph.initializers.get(name)
+            if tensor is None:
+                continue
+            info = graph.info(name)
+            dtype = info.dtype
+            count = 1
+            for d in tensor.dims:
+                count *= d
+            if dtype is not None and dtype.kind == "f" and count >= WEIGHT_MIN_ELEMENTS:
+                names[name] = None
+    return tuple(names)
+
+
+def partition_model(
+    graph: GraphView, nodes: Sequence[int], name: str, weights: Sequence[str] = ()
+) -> onnx.ModelProto:
+    """The standalone model of a node set; unknown input dims get names so TVM treats them as symbolic.
+
+    `weights` become trailing graph inputs instead of initializers (weightless builds).
+    """
     inputs, outputs = graph.boundary(nodes)
+    inputs = (*inputs, *weights)
     named = {}
     for value in inputs:
         info = graph.info(value)
         if info.shape is not None and any(d is None for d in info.shape):
             dims = tuple(d if d is not None else f"{name}_{len(named)}_d{k}" for k, d in enumerate(info.shape))
             named[value] = ValueInfo(value, info.elem_type, dims)
-    return extract_model(graph, nodes, inputs, outputs, name, input_infos=named)
+    return extract_model(graph, nodes, inputs, outputs, name, input_infos=named, exclude_initializers=weights)
 
 
 def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
@@ -120,11 +156,13 @@ def compile_partition(
     name: str,
     target: tvm.target.Target,
     user_passes: Sequence[tvm.transform.Pass] = (),
+    weights: Sequence[str] = (),
 ) -> relax.VMExecutable:
-    """Extract, import and build one node set."""
+    """Extract, import and build one node set (`weights` as trailing inputs, see `partition_model`)."""
     with native_log_to_logging():
         try:
-            return build_executable(import_onnx(partition_model(graph, nodes, name)), target, user_passes)
+            model = partition_model(graph, nodes, name, weights)
+            return build_executable(import_onnx(model), target, user_passes)
         except CompileFailed as exc:
             message = str(exc)  # keep the text only: the traceback pins TVM objects that log when freed
         gc.collect()  # free them here, while their destructors' warnings are still captured

@@ -12,6 +12,7 @@ from ..api.device import DeviceId, DeviceType
 from ..api.errors import EpLoadFailed, InvalidTensorView, KernelFailed
 from ..api.kernel import Kernel
 from ..api.tensor import ALIGNMENT, TensorView, aligned_empty
+from ..graph.model import ValueInfo
 from .target import tvm_device
 
 __all__ = ["TvmKernel"]
@@ -42,47 +43,59 @@ def _to_tvm(view: TensorView, device: DeviceId, tvm_dev: tvm.runtime.Device) -> 
 
 
 class TvmKernel(Kernel):
-    """Runs one compiled partition; one VM per thread, since a VM keeps per-call state."""
+    """Runs one compiled partition; one VM per thread, since a VM keeps per-call state.
+
+    `module` is a freshly built executable or a module loaded from a blob;
+    `weights` (weightless builds) are appended to every call's arguments.
+    """
 
     def __init__(
         self,
-        executable: relax.VMExecutable,
+        module: relax.VMExecutable | tvm.runtime.Module,
         device: DeviceId,
-        input_names: Sequence[str],
-        output_names: Sequence[str],
-        output_dtypes: Sequence[np.dtype | None],
+        name: str,
+        inputs: Sequence[ValueInfo],
+        outputs: Sequence[ValueInfo],
+        weights: Sequence[tuple[str, tvm.runtime.Tensor]] = (),
     ):
-        self.executable = executable
+        self.module = module
         self.device = device
-        self.input_names = tuple(input_names)
-        self.output_names = tuple(output_names)
-        self._output_dtypes = tuple(output_dtypes)
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.input_names = tuple(i.name for i in inputs)
+        self.output_names = tuple(o.name for o in outputs)
+        self.weight_names = tuple(n for n, _ in weights)
+        self._weights = [t for _, t in weights]
+        self._output_dtypes = tuple(o.dtype for o in outputs)
         self._tvm_device = tvm_device(device)
         self._local = threading.local()
+
+    def prepare(self) -> None:
         if not self._tvm_device.exist:
             raise EpLoadFailed(
-                str(device), f"no {device.type.value} device is visible to TVM; run on a host that has one, "
-                "or compile ahead of time and deploy there"
+                str(self.device), f"no {self.device.type.value} device is visible to TVM; run on a host that has one, "
+                "or compile ahead of time (nxrt-tvm compile) and deploy there"
             )
-        self._vm()  # fail at load, not at the first run
+        self._vm()
 
     def _vm(self) -> relax.VirtualMachine:
         vm = getattr(self._local, "vm", None)
         if vm is None:
-            vm = self._local.vm = relax.VirtualMachine(self.executable, self._tvm_device)
+            vm = self._local.vm = relax.VirtualMachine(self.module, self._tvm_device)
         return vm
 
     def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
         if len(inputs) != len(self.input_names):
-            raise InvalidTensorView(f"kernel takes {len(self.input_names)} inputs, got {len(inputs)}")
+            raise InvalidTensorView(f"kernel {self.name} takes {len(self.input_names)} inputs, got {len(inputs)}")
         args = [_to_tvm(v, self.device, self._tvm_device) for v in inputs]
         try:
-            result = self._vm()["main"](*args)
+            result = self._vm()["main"](*args, *self._weights)
         except Exception as exc:
-            raise KernelFailed(f"TVM kernel for {self.output_names} failed: {exc}") from exc
+            raise KernelFailed(f"TVM kernel {self.name} failed: {exc}") from exc
         outputs = [result] if len(self.output_names) == 1 else list(result)
         if len(outputs) != len(self.output_names):
-            raise KernelFailed(f"kernel returned {len(outputs)} outputs, expected {len(self.output_names)}")
+            raise KernelFailed(f"kernel {self.name} returned {len(outputs)} outputs, expected {len(self.output_names)}")
         return [_as_view(value, want) for value, want in zip(outputs, self._output_dtypes)]
 
 

@@ -92,9 +92,14 @@ def _order(graph: GraphView, partitions: Sequence[SubgraphClaim]) -> tuple[Subgr
     return tuple(partitions[k] for k in order)
 
 
-def make_plan(graph: GraphView, providers: Sequence[ExecutionProvider]) -> PartitionPlan:
-    """Ask each EP in priority order to claim what is left; fail if any node stays unclaimed."""
-    claims: list[SubgraphClaim] = []
+def make_plan(
+    graph: GraphView, providers: Sequence[ExecutionProvider], fixed: Sequence[SubgraphClaim] = ()
+) -> PartitionPlan:
+    """Ask each EP in priority order to claim what is left; fail if any node stays unclaimed.
+
+    `fixed` partitions (loaded EPContext nodes, forced fallbacks) are assigned before any EP claims.
+    """
+    claims: list[SubgraphClaim] = list(fixed)
     declines: list[Decline] = []
     for ep in providers:
         result = ep.claim(graph, [p.nodes for p in claims])

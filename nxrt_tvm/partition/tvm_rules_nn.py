@@ -10,6 +10,41 @@ _FLOATS = ("float16", "float", "double")
 # -- elementwise arithmetic ---------------------------------------------------------------
 
 
+def require_static_broadcast(ctx: NodeContext, skip_axis: int | None = None) -> None:
+    """Broadcast dims must agree statically: a symbolic dim against a constant other than 1 fails.
+
+    Without: "Cannot broadcast symbolic dimension N with non-1 constant 3" at import,
+    or an InternalError when the build checks the broadcast.
+    """
+    shapes = [i.shape for i in ctx.inputs if i is not None and i.shape is not None]
+    rank = max((len(s) for s in shapes), default=0)
+    for k in range(1, rank + 1):
+        if skip_axis is not None and rank - k == skip_axis % rank:
+            continue
+        dims = [s[-k] for s in shapes if len(s) >= k]
+        consts = {d for d in dims if isinstance(d, int) and d != 1}
+        symbolic = [d for d in dims if not isinstance(d, int)]
+        require(
+            not (consts and symbolic),
+            Rejected.SHAPE,
+            f"dim {rank - k} is symbolic ({symbolic[0] if symbolic else ''!s}) in one input and {sorted(consts)} in another",
+            accepts="inputs whose broadcast dims are both static, both the same symbol, or 1",
+            remediation=f"{FALLBACK}; export with matching dim names, or fix the dims (onnxsim --overwrite-input-shape)",
+        )
+
+
+for _op in ("Add", "Sub", "Mul", "Div", "Mod", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual",
+            "Greater", "GreaterOrEqual", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Max",
+            "Min", "Mean", "Sum", "Where", "PRelu"):
+    rule(_op)(require_static_broadcast)
+
+
+# Without: a symbolic dim against a different constant in a non-concat axis fails to build.
+@rule("Concat")
+def _concat(ctx: NodeContext) -> None:
+    require_static_broadcast(ctx, skip_axis=ctx.attr("axis", 0))
+
+
 # Without: int ** int fails to build ("power only applies to float"); mixed base/exponent
 # types fail to import ("Binary operators must have the same datatype").
 @rule("Pow")
@@ -22,6 +57,7 @@ def _pow(ctx: NodeContext) -> None:
         accepts="a float base and exponent of the same type",
         remediation=f"{FALLBACK}; Cast the exponent to the base's float type to let TVM take it",
     )
+    require_static_broadcast(ctx)
 
 
 # Without: detect_negative=0 / detect_positive=0 are ignored (both infinities reported).
@@ -80,12 +116,6 @@ def _rmsnorm(ctx: NodeContext) -> None:
 
 
 # -- pooling, conv, ROI ------------------------------------------------------------------
-
-
-# Without: the Indices output is not produced ("Missing outputs during conversion").
-@rule("MaxPool")
-def _maxpool(ctx: NodeContext) -> None:
-    require_outputs(ctx, 1, "the pooled output Y")
 
 
 # Without: the output_shape attribute is ignored: TVM's output has the size that
@@ -204,3 +234,102 @@ def _optional_has_element(ctx: NodeContext) -> None:
         accepts="an input value",
         remediation=FALLBACK,
     )
+
+
+# -- symbolic dims -----------------------------------------------------------------------------
+
+
+def _require_static_input(ctx: NodeContext, why: str) -> None:
+    shape = ctx.inputs[0].shape if ctx.inputs and ctx.inputs[0] else None
+    require(
+        shape is not None and all(isinstance(d, int) for d in shape),
+        Rejected.SHAPE,
+        f"input shape {list(shape) if shape is not None else 'unknown'} has symbolic dims ({why})",
+        accepts="a static input shape",
+        remediation=f"{FALLBACK}; fix the input shape (onnxsim --overwrite-input-shape) to let TVM take it",
+    )
+
+
+# Without: auto_pad SAME_* with a symbolic dim fails to import (int() of a shape var);
+# MaxPool's Indices output is not produced ("Missing outputs during conversion").
+def _pool(ctx: NodeContext) -> None:
+    auto = ctx.attr("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        _require_static_input(ctx, f"auto_pad={auto}")
+
+
+@rule("MaxPool")
+def _maxpool(ctx: NodeContext) -> None:
+    require_outputs(ctx, 1, "the pooled output Y")
+    _pool(ctx)
+
+
+rule("AveragePool")(_pool)
+rule("LpPool")(_pool)
+
+
+# Without: the output_shape input fails to import, runtime or constant ("no attribute tolist");
+# a symbolic input dim fails too ("Var" object has no attribute "value").
+@rule("MaxUnpool")
+def _max_unpool(ctx: NodeContext) -> None:
+    require(
+        not ctx.has_input(2),
+        Rejected.INPUT,
+        f"output_shape input {ctx.node.input[2]!r} is given" if ctx.has_input(2) else "",
+        accepts="MaxUnpool without the output_shape input",
+        remediation=FALLBACK,
+    )
+    _require_static_input(ctx, "MaxUnpool")
+
+
+# Without: a symbolic dim on the Hardmax axis fails to import (one_hot needs an int depth).
+@rule("Hardmax", since=13)
+def _hardmax(ctx: NodeContext) -> None:
+    shape = ctx.inputs[0].shape
+    if shape:
+        d = shape[ctx.attr("axis", -1) % len(shape)]
+        require(
+            isinstance(d, int),
+            Rejected.SHAPE,
+            f"the Hardmax axis has symbolic size {d!r}",
+            accepts="a static size on the Hardmax axis",
+            remediation=FALLBACK,
+        )
+
+
+# Without: batch dims symbolic in one input and constant (not 1) in the other fail to build.
+@rule("MatMul")
+def _matmul(ctx: NodeContext) -> None:
+    a, b = ctx.inputs[0].shape, ctx.inputs[1].shape
+    if a is None or b is None or len(a) < 3 and len(b) < 3:
+        return
+    for x, y in zip(reversed(a[:-2]), reversed(b[:-2])):
+        require(
+            not ((isinstance(x, int) and x != 1 and not isinstance(y, int))
+                 or (isinstance(y, int) and y != 1 and not isinstance(x, int))),
+            Rejected.SHAPE,
+            f"batch dims {x!r} and {y!r}: one symbolic, one constant",
+            accepts="batch dims both static, both the same symbol, or 1",
+            remediation=f"{FALLBACK}; export with matching dim names or static shapes",
+        )
+
+
+# Without: a bias C whose dims are constant where A/B give a symbolic M or N fails to build.
+@rule("Gemm")
+def _gemm(ctx: NodeContext) -> None:
+    if not ctx.has_input(2) or ctx.inputs[2] is None or ctx.inputs[2].shape is None:
+        return
+    a, b = ctx.inputs[0].shape, ctx.inputs[1].shape
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return
+    m = a[1] if ctx.attr("transA", 0) else a[0]
+    n = b[0] if ctx.attr("transB", 0) else b[1]
+    for c, d in zip(reversed(ctx.inputs[2].shape), (n, m)):
+        require(
+            not (isinstance(c, int) and c != 1 and not isinstance(d, int)),
+            Rejected.SHAPE,
+            f"bias dim {c} against symbolic output dim {d!r}",
+            accepts="a bias broadcastable to the output with static dims",
+            remediation=f"{FALLBACK}; fix the input shape (onnxsim --overwrite-input-shape)",
+        )

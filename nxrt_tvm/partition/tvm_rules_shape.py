@@ -97,18 +97,6 @@ def _space_to_depth(ctx: NodeContext) -> None:
     require_attr(ctx, "mode", ("DCR",), "DCR", accepts="mode=DCR (the default)")
 
 
-# Without: a runtime output_shape fails to import; a constant one too ('GenericConst' has no 'tolist').
-@rule("MaxUnpool")
-def _max_unpool(ctx: NodeContext) -> None:
-    require(
-        not ctx.has_input(2),
-        Rejected.INPUT,
-        f"output_shape input {ctx.node.input[2]!r} is given" if ctx.has_input(2) else "",
-        accepts="MaxUnpool without the output_shape input",
-        remediation=FALLBACK,
-    )
-
-
 # Without: a dtype attribute different from the input's fails to import ("dtype mismatch").
 @rule("EyeLike")
 def _eye_like(ctx: NodeContext) -> None:
@@ -222,3 +210,11 @@ def _upsample(ctx: NodeContext) -> None:
         accepts="Resize",
         remediation=f"{FALLBACK}; re-export with Resize (opset >= 11)",
     )
+
+
+# Without: a length read from tensor data makes the output's extent a run-time value;
+# fused consumers then fail to build ("PrimExpr ... range_len has not been computed").
+@rule("Range")
+def _range(ctx: NodeContext) -> None:
+    for i, what in ((0, "start"), (1, "limit"), (2, "delta")):
+        _require_shape_operand(ctx, i, what)

@@ -1,21 +1,29 @@
 """TvmExecutionProvider: claims what the Relax ONNX frontend can compile, builds it with TVM."""
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import json
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import onnx
 import tvm
+from onnx import numpy_helper
 from tvm.relax.frontend.onnx import onnx_frontend
 
 from ..api.claim import ClaimResult, Decline, DeclineSignal, Rejected, SubgraphClaim, deny, require
 from ..api.device import EpId
-from ..api.errors import CompileFailed, InvalidProviderOptions
+from ..api.errors import CompileDisabled, CompileFailed, EpLoadFailed, InvalidProviderOptions, UnsupportedContext
+from ..api.kernel import Kernel
+from ..api.tensor import aligned_empty
+from ..epcontext.compat import check_loadable, hardware_of
+from ..epcontext.record import EpContext, TensorSignature, sha256_hex
+from ..lower.artifact import export_executable, load_executable
 from ..api.provider import ExecutionProvider
 from ..graph.model import GraphView
-from ..lower.build import compile_partition, locate_failure
+from ..lower.build import compile_partition, locate_failure, weight_names
 from ..lower.kernel import TvmKernel
-from ..lower.target import make_target, target_device
+from ..lower.target import make_target, target_device, tvm_device
 from ..partition.claims import make_claims, partition_name
 from ..partition.grouping import group_nodes
 from ..partition.node_context import NodeContext
@@ -41,7 +49,7 @@ class TvmExecutionProvider(ExecutionProvider):
     """Compiles maximal acyclic subgraphs through TVM Relax for `llvm` (host CPU) or `cuda`."""
 
     ep_id = EpId("TvmExecutionProvider")
-    OPTIONS = ("target", "min_subgraph_size", "op_types_to_exclude", "passes")
+    OPTIONS = ("target", "min_subgraph_size", "op_types_to_exclude", "passes", "weightless")
 
     def __init__(
         self,
@@ -49,6 +57,7 @@ class TvmExecutionProvider(ExecutionProvider):
         min_subgraph_size: int = 1,
         op_types_to_exclude: Sequence[str] | str = (),
         passes: Sequence[tvm.transform.Pass] = (),
+        weightless: bool | str = False,
     ):
         self.target = make_target(target)
         self.device = target_device(self.target)
@@ -57,8 +66,13 @@ class TvmExecutionProvider(ExecutionProvider):
         if any(not isinstance(p, tvm.transform.Pass) for p in passes):
             raise InvalidProviderOptions("option 'passes' must be a list of tvm.transform.Pass objects")
         self.passes = tuple(passes)
+        self.weightless = str(weightless).lower() in ("1", "true")
+        # Set by the session from `session.disable_model_compile`: any compile is then an error.
+        self.compile_disabled = False
         # Claims are proven by building them; compile() picks the executables up from here.
         self._built: dict[str, Any] = {}
+        self._weights: dict[str, tvm.runtime.Tensor] = {}
+        self.stats: Counter[str] = Counter()
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "TvmExecutionProvider":
@@ -136,7 +150,14 @@ class TvmExecutionProvider(ExecutionProvider):
                 accepted.add(i)
             except DeclineSignal as signal:
                 declines.append(self._decline(ctx, signal))
-        # Node checks cannot see context: verify each group imports as a whole, decline the
+        if accepted and self.compile_disabled:
+            first = graph.nodes[min(accepted)]
+            raise CompileDisabled(
+                f"{len(accepted)} node(s) (first: {first.name!r}, {first.op_type}) would be compiled by {self.ep_id}, "
+                "but model compilation is disabled; compile the model ahead of time (nxrt-tvm compile) "
+                "or drop session.disable_model_compile"
+            )
+        # Node checks cannot see context: verify each group builds as a whole, decline the
         # node that breaks it, regroup, and repeat until every group is honest.
         verified: set[tuple[int, ...]] = set()
         while True:
@@ -191,6 +212,7 @@ class TvmExecutionProvider(ExecutionProvider):
         name = partition_name(graph, group, "tvm")
 
         def attempt(nodes: list[int]) -> object:
+            self.stats["builds"] += 1
             return compile_partition(graph, nodes, name, self.target, self.passes)
 
         try:
@@ -221,14 +243,82 @@ class TvmExecutionProvider(ExecutionProvider):
         )
 
     # -- compilation -----------------------------------------------------------------
-    def compile(self, graph: GraphView, claim: SubgraphClaim) -> TvmKernel:
-        executable = self._built.pop(claim.name, None)
+    def build(self, graph: GraphView, claim: SubgraphClaim) -> tuple[Any, tuple[str, ...]]:
+        """The executable for a claim and the weights it takes as inputs (weightless builds only)."""
+        if self.compile_disabled:
+            raise CompileDisabled(
+                f"partition {claim.name} ({len(claim.nodes)} nodes) needs compiling but model compilation is disabled; "
+                "compile the model ahead of time (nxrt-tvm compile) or drop session.disable_model_compile"
+            )
+        weights = weight_names(graph, claim.nodes) if self.weightless else ()
+        executable = None if weights else self._built.pop(claim.name, None)
         if executable is None:
-            executable = compile_partition(graph, claim.nodes, claim.name, self.target, self.passes)
-        return TvmKernel(
+            self.stats["builds"] += 1
+            executable = compile_partition(graph, claim.nodes, claim.name, self.target, self.passes, weights)
+        self.stats["compiled"] += 1
+        return executable, weights
+
+    def compile(self, graph: GraphView, claim: SubgraphClaim) -> TvmKernel:
+        executable, weights = self.build(graph, claim)
+        kernel = TvmKernel(
             executable,
             self.device,
-            claim.inputs,
-            claim.outputs,
-            [graph.info(o).dtype for o in claim.outputs],
+            claim.name,
+            [graph.info(i) for i in claim.inputs],
+            [graph.info(o) for o in claim.outputs],
+            [(w, self._bound_weight(w, graph.initializers)) for w in weights],
+        )
+        return kernel
+
+    def _bound_weight(self, name: str, initializers: Mapping[str, onnx.TensorProto]) -> tvm.runtime.Tensor:
+        """One device copy of each weight, shared by every partition of this EP."""
+        tensor = self._weights.get(name)
+        if tensor is None:
+            if name not in initializers:
+                raise EpLoadFailed(name, "a weightless blob needs this initializer, but the model has none of that name")
+            array = numpy_helper.to_array(initializers[name])
+            host = aligned_empty(array.shape, array.dtype)
+            host[...] = array
+            tensor = self._weights[name] = tvm.runtime.tensor(host, tvm_device(self.device))
+        return tensor
+
+    # -- EPContext -------------------------------------------------------------------
+    def save_context(self, kernel: Kernel) -> EpContext:
+        if not isinstance(kernel, TvmKernel) or not isinstance(kernel.module, tvm.relax.VMExecutable):
+            raise UnsupportedContext(str(self.ep_id), "only kernels compiled in this session can be saved")
+        blob = export_executable(kernel.module)
+        hardware, features = hardware_of(self.target)
+        return EpContext(
+            source=str(self.ep_id),
+            partition_name=kernel.name,
+            blob=blob,
+            embed_mode=1,
+            target=json.dumps(dict(self.target.export()), sort_keys=True, default=str),
+            hardware_architecture=hardware,
+            cpu_features=features,
+            ep_sdk_version=tvm.__version__,
+            sha256=sha256_hex(blob),
+            size=len(blob),
+            inputs=tuple(TensorSignature.of(i) for i in kernel.inputs),
+            outputs=tuple(TensorSignature.of(o) for o in kernel.outputs),
+            weights=kernel.weight_names,
+        )
+
+    def check_context(self, context: EpContext) -> None:
+        """Raise `ContextRejected` unless the blob may be loaded here (before any native code is)."""
+        check_loadable(context, self.target)
+
+    def load_context(
+        self, context: EpContext, initializers: Mapping[str, onnx.TensorProto] | None = None
+    ) -> TvmKernel:
+        check_loadable(context, self.target)
+        module = load_executable(context.blob, context.partition_name)
+        self.stats["loaded"] += 1
+        return TvmKernel(
+            module,
+            self.device,
+            context.partition_name,
+            [s.to_info() for s in context.inputs],
+            [s.to_info() for s in context.outputs],
+            [(w, self._bound_weight(w, initializers or {})) for w in context.weights],
         )

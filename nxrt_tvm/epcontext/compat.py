@@ -1,0 +1,96 @@
+"""Is a compiled blob safe to load here? Checked before any native code is loaded.
+
+A blob is refused when its bytes are not the ones compiled (size, sha256),
+when nxrt-tvm's format or TVM's version differs (the runtime ABI), when it
+was built for another target kind, or when it needs hardware this host lacks
+(CPU ISA features such as AVX-512 or AMX; a CUDA GPU of its architecture).
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import tvm
+
+from ..api.errors import ContextIntegrityError, ContextTargetMismatch, ContextVersionMismatch
+from ..lower.target import host_cpu
+from .record import FORMAT_VERSION, EpContext, sha256_hex
+
+__all__ = ["hardware_of", "check_loadable"]
+
+_RECOMPILE = "recompile it on this host (`nxrt-tvm compile MODEL -o OUT`), or open it with on_mismatch='recompile' or 'fallback'"
+
+
+@lru_cache(maxsize=None)
+def _cpu_features(mcpu: str) -> frozenset[str]:
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    return frozenset(str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target))
+
+
+def _triple_arch() -> str:
+    return str(tvm.target.codegen.llvm_get_system_triple()).split("-", 1)[0]
+
+
+def hardware_of(target: tvm.target.Target) -> tuple[str, tuple[str, ...]]:
+    """`hardware_architecture` text and the CPU features code built for `target` may use."""
+    if target.kind.name == "cuda":
+        return f"cuda/{target.attrs['arch']}", ()
+    mcpu = str(target.attrs.get("mcpu", "generic"))
+    return f"{_triple_arch()}/{mcpu}", tuple(sorted(_cpu_features(mcpu)))
+
+
+def check_loadable(ctx: EpContext, target: tvm.target.Target) -> None:
+    """Raise a `ContextRejected` subclass saying what differs and what to do; return if loadable."""
+    name = ctx.partition_name
+    if ctx.format_version != FORMAT_VERSION:
+        raise ContextVersionMismatch(name, f"EPContext format version {ctx.format_version}, this nxrt-tvm reads {FORMAT_VERSION}", _RECOMPILE)
+    if ctx.ep_sdk_version != tvm.__version__:
+        raise ContextVersionMismatch(
+            name, f"built by TVM {ctx.ep_sdk_version or '(unknown)'}, this host runs TVM {tvm.__version__}", _RECOMPILE
+        )
+    if len(ctx.blob) != ctx.size:
+        raise ContextIntegrityError(
+            name, f"blob is {len(ctx.blob)} bytes, {ctx.size} were written (truncated or replaced)",
+            "restore the artifact from the compile output, or recompile",
+        )
+    if sha256_hex(ctx.blob) != ctx.sha256:
+        raise ContextIntegrityError(
+            name, "blob sha256 does not match the one recorded at compile time (corrupted or swapped)",
+            "restore the artifact from the compile output, or recompile",
+        )
+    try:
+        built_kind = json.loads(ctx.target)["kind"]
+    except (ValueError, KeyError, TypeError):
+        raise ContextIntegrityError(name, f"unreadable target {ctx.target!r}", "recompile the model") from None
+    if built_kind != target.kind.name:
+        raise ContextTargetMismatch(
+            name, f"built for target {built_kind!r}, this session targets {target.kind.name!r}",
+            f"open it with the TvmExecutionProvider option target='{built_kind}', or {_RECOMPILE}",
+        )
+    if built_kind == "cuda":
+        _check_gpu(name, ctx)
+    else:
+        _check_cpu(name, ctx)
+
+
+def _check_cpu(name: str, ctx: EpContext) -> None:
+    arch = ctx.hardware_architecture.split("/", 1)[0]
+    if arch != _triple_arch():
+        raise ContextTargetMismatch(name, f"built for {arch} CPUs, this host is {_triple_arch()}", _RECOMPILE)
+    missing = sorted(set(ctx.cpu_features) - _cpu_features(host_cpu()))
+    if missing:
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise ContextTargetMismatch(
+            name, f"built for {ctx.hardware_architecture}, it needs CPU features this host ({host_cpu()}) lacks: {shown}",
+            _RECOMPILE,
+        )
+
+
+def _check_gpu(name: str, ctx: EpContext) -> None:
+    device = tvm.cuda(0)
+    needed = ctx.hardware_architecture.split("/", 1)[-1]
+    if not device.exist:
+        raise ContextTargetMismatch(name, f"built for a CUDA GPU ({needed}), none is visible on this host", _RECOMPILE)
+    have = "sm_" + str(device.compute_version).replace(".", "")
+    if have != needed:
+        raise ContextTargetMismatch(name, f"built for {needed}, this GPU is {have}", _RECOMPILE)

@@ -1,0 +1,70 @@
+"""Open an EPContext model: route each EPContext node by `source`, check its blob, apply the mismatch policy.
+
+Runs on the raw model, before it is analysed, because a refused blob under
+the 'recompile' or 'fallback' policy is replaced by its source subgraph.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from ..api.errors import ContextRejected
+from ..api.provider import ExecutionProvider
+from .codec import decode_node, is_ep_context
+from .record import EpContext
+from .registry import EpContextRegistry
+from .writer import SOURCE_DOMAIN
+
+__all__ = ["ResolvedContexts", "resolve_contexts"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ResolvedContexts:
+    """Which EPContext nodes load (node name -> record and EP), and which nodes came back as source."""
+
+    loadable: dict[str, tuple[EpContext, ExecutionProvider]] = field(default_factory=dict)
+    #: node names restored from source functions that must run on the fallback EP ('fallback' policy)
+    fallback_nodes: set[str] = field(default_factory=set)
+    refused: list[ContextRejected] = field(default_factory=list)
+
+
+def resolve_contexts(
+    model: onnx.ModelProto, model_dir: Path | None, registry: EpContextRegistry, on_mismatch: str
+) -> ResolvedContexts:
+    """Decode and check every EPContext node; rewrite `model` in place where the policy restores source."""
+    resolved = ResolvedContexts()
+    functions = {(f.domain, f.name): f for f in model.functions}
+    new_nodes: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        if not is_ep_context(node):
+            new_nodes.append(node)
+            continue
+        ctx = decode_node(node, model_dir)
+        ep = registry.route(ctx.source)
+        try:
+            check = getattr(ep, "check_context", None)
+            if check is not None:
+                check(ctx)
+            resolved.loadable[node.name] = (ctx, ep)
+            new_nodes.append(node)
+            continue
+        except ContextRejected as exc:
+            source = functions.get((SOURCE_DOMAIN, ctx.partition_name))
+            if on_mismatch == "error" or source is None:
+                if source is None and on_mismatch != "error":
+                    raise type(exc)(exc.partition, exc.reason, "this model keeps no source subgraph for it; " + exc.remedy) from None
+                raise
+            log.warning("%s; running its source subgraph instead (%s)", exc, on_mismatch)
+            resolved.refused.append(exc)
+            restored = [onnx.NodeProto.FromString(n.SerializeToString()) for n in source.node]
+            new_nodes.extend(restored)
+            if on_mismatch == "fallback":
+                resolved.fallback_nodes.update(n.name for n in restored)
+    del model.graph.node[:]
+    model.graph.node.extend(new_nodes)
+    return resolved

@@ -1,0 +1,121 @@
+"""Write a model whose compiled partitions are EPContext nodes.
+
+Fallback partitions stay ONNX nodes. Each compiled partition also keeps its
+original subgraph as a model-local function (domain `SOURCE_DOMAIN`, named
+after the partition), so a host that cannot load the blob can still run it.
+Every file is written atomically (temp file + rename).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import onnx
+from onnx import helper
+
+from ..graph.model import GraphView
+from ..partition.plan import PartitionPlan
+from .codec import EP_CONTEXT_DOMAIN, encode_node
+from .record import EpContext
+
+__all__ = ["SOURCE_DOMAIN", "write_context_model", "atomic_write", "external_blob_name"]
+
+#: Domain of the model-local functions that keep each compiled partition's source subgraph.
+SOURCE_DOMAIN = "ai.nxrt_tvm.source"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never a partial write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def external_blob_name(model_path: Path, partition: str) -> str:
+    return f"{model_path.stem}.{partition}.tvm.so"
+
+
+def _source_function(graph: GraphView, nodes: tuple[int, ...], name: str, inputs: list[str], outputs: list[str]) -> onnx.FunctionProto:
+    return helper.make_function(
+        SOURCE_DOMAIN,
+        name,
+        inputs,
+        outputs,
+        [graph.nodes[i] for i in nodes],
+        opset_imports=list(graph.model.opset_import),
+    )
+
+
+def write_context_model(
+    graph: GraphView,
+    plan: PartitionPlan,
+    contexts: Mapping[str, EpContext],
+    path: str | os.PathLike,
+    *,
+    embed_mode: int = 1,
+    keep_source: bool = True,
+) -> list[Path]:
+    """Write the EPContext model (and, with embed_mode 0, its blob files); returns the files written."""
+    out = Path(path)
+    written: list[Path] = []
+    nodes: list[onnx.NodeProto] = []
+    functions: list[onnx.FunctionProto] = []
+    used: set[str] = set()
+    for partition in plan.partitions:
+        ctx = contexts.get(partition.name)
+        if ctx is None:  # a fallback partition stays plain ONNX
+            for i in partition.nodes:
+                nodes.append(graph.nodes[i])
+                used.update(graph.node_inputs[i])
+            continue
+        if embed_mode == 0:
+            rel = external_blob_name(out, partition.name)
+            atomic_write(out.parent / rel, ctx.blob)
+            written.append(out.parent / rel)
+            ctx = replace(ctx, embed_mode=0, external_path=rel)
+        nodes.append(encode_node(ctx, partition.name))
+        used.update(ctx.weights)
+        if keep_source:
+            consts = [n for i in partition.nodes for n in graph.node_inputs[i] if n in graph.initializers]
+            fn_inputs = list(dict.fromkeys([*partition.inputs, *consts]))
+            functions.append(_source_function(graph, partition.nodes, partition.name, fn_inputs, list(partition.outputs)))
+            used.update(consts)
+    model = graph.model
+    body = helper.make_graph(
+        nodes,
+        model.graph.name,
+        list(model.graph.input),
+        list(model.graph.output),
+        initializer=[t for name, t in graph.initializers.items() if name in used],
+        value_info=[v.to_proto() for name, v in sorted(graph.value_info.items())
+                    if v.elem_type is not None and name not in graph.initializers
+                    and name not in {i.name for i in model.graph.input} | graph.output_names],
+    )
+    opsets = {o.domain: o.version for o in model.opset_import}
+    opsets.setdefault(EP_CONTEXT_DOMAIN, 1)
+    if functions:
+        opsets.setdefault(SOURCE_DOMAIN, 1)
+    result = helper.make_model(
+        body,
+        opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
+        ir_version=max(model.ir_version, 8),  # model-local functions need IR 8
+        producer_name="nxrt-tvm",
+        functions=[*model.functions, *functions],
+    )
+    for entry in model.metadata_props:
+        result.metadata_props.append(entry)
+    onnx.checker.check_model(result)
+    atomic_write(out, result.SerializeToString())
+    written.append(out)
+    return written

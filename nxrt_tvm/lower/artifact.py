@@ -1,0 +1,42 @@
+"""Compiled modules as bytes: the blob inside an EPContext node, and back.
+
+The blob is the shared library `export_library` writes (code, constants and
+the Relax VM bytecode in one file). Loading one loads native code, so callers
+check it first (see `epcontext.compat`).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import tvm
+from tvm import relax
+
+from ..api.errors import CompileFailed, EpLoadFailed
+
+__all__ = ["export_executable", "load_executable"]
+
+
+def export_executable(executable: relax.VMExecutable) -> bytes:
+    """The shared library of a compiled partition, as bytes (links with the system C++ compiler)."""
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        raise CompileFailed("exporting a compiled partition needs a C++ compiler (g++) on PATH; install one (e.g. apt-get install g++)")
+    with tempfile.TemporaryDirectory(prefix="nxrt-tvm-export-") as tmp:
+        path = Path(tmp) / "partition.so"
+        executable.export_library(str(path))
+        return path.read_bytes()
+
+
+def load_executable(blob: bytes, name: str) -> tvm.runtime.Module:
+    """Load a blob made by `export_executable`; the temp file is unlinked once it is mapped."""
+    fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        return tvm.runtime.load_module(path)
+    except Exception as exc:
+        raise EpLoadFailed(name, f"TVM could not load the compiled partition: {exc}") from exc
+    finally:
+        os.unlink(path)

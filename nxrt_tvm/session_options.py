@@ -1,0 +1,91 @@
+"""Session options in onnxruntime's words: string config entries such as ``ep.context_enable``."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .api.errors import InvalidProviderOptions
+
+__all__ = ["SessionOptions", "SessionConfig", "CONFIG_KEYS"]
+
+#: Config keys and what they mean (onnxruntime's names where onnxruntime has one).
+CONFIG_KEYS = {
+    "ep.context_enable": "'1': after compiling, write the model with EPContext nodes",
+    "ep.context_file_path": "where to write it (default: MODEL_ctx.onnx beside the model)",
+    "ep.context_embed_mode": "'1' (default): blobs inside the model; '0': blob files beside it",
+    "session.disable_model_compile": "'1': any compile is an error (deploy precompiled EPContext models only)",
+    "nxrt.context_on_mismatch": "'error' (default), 'recompile' or 'fallback' for blobs this host cannot load",
+}
+
+_ON_MISMATCH = ("error", "recompile", "fallback")
+
+
+class SessionOptions:
+    """Like `onnxruntime.SessionOptions` for what nxrt-tvm reads: config entries by string key."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, str] = {}
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        if key not in CONFIG_KEYS:
+            raise InvalidProviderOptions(f"unknown session config key {key!r}; known keys: {sorted(CONFIG_KEYS)}")
+        self._entries[key] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        return self._entries[key]
+
+    def entries(self) -> dict[str, str]:
+        return dict(self._entries)
+
+
+def _flag(entries: Mapping[str, str], key: str) -> bool:
+    value = entries.get(key, "0").strip().lower()
+    if value not in ("0", "1", "true", "false"):
+        raise InvalidProviderOptions(f"session config {key!r} must be '0' or '1', got {value!r}")
+    return value in ("1", "true")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Parsed session options."""
+
+    context_enable: bool = False
+    context_file_path: str | None = None
+    context_embed_mode: int = 1
+    disable_model_compile: bool = False
+    context_on_mismatch: str = "error"
+
+    @classmethod
+    def parse(cls, options: Any) -> "SessionConfig":
+        if options is None:
+            return cls()
+        if isinstance(options, SessionOptions):
+            entries = options.entries()
+        elif isinstance(options, Mapping):
+            entries = {str(k): str(v) for k, v in options.items()}
+            unknown = sorted(set(entries) - set(CONFIG_KEYS))
+            if unknown:
+                raise InvalidProviderOptions(f"unknown session config key(s) {unknown}; known keys: {sorted(CONFIG_KEYS)}")
+        elif hasattr(options, "get_session_config_entry"):  # an onnxruntime.SessionOptions
+            entries = {}
+            for key in CONFIG_KEYS:
+                try:
+                    entries[key] = options.get_session_config_entry(key)
+                except Exception:  # onnxruntime raises when a key is unset
+                    continue
+        else:
+            raise InvalidProviderOptions(f"sess_options must be a SessionOptions or a dict, got {type(options).__name__}")
+        embed = entries.get("ep.context_embed_mode", "1")
+        if embed not in ("0", "1"):
+            raise InvalidProviderOptions(f"ep.context_embed_mode must be '0' or '1', got {embed!r}")
+        mismatch = entries.get("nxrt.context_on_mismatch", "error")
+        if mismatch not in _ON_MISMATCH:
+            raise InvalidProviderOptions(f"nxrt.context_on_mismatch must be one of {_ON_MISMATCH}, got {mismatch!r}")
+        return cls(
+            context_enable=_flag(entries, "ep.context_enable"),
+            context_file_path=entries.get("ep.context_file_path") or None,
+            context_embed_mode=int(embed),
+            disable_model_compile=_flag(entries, "session.disable_model_compile"),
+            context_on_mismatch=mismatch,
+        )

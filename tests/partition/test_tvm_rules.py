@@ -1,0 +1,230 @@
+"""TVM claim rules: each declines a case that really fails in TVM 0.27, and lets the neighbouring case through.
+
+The declined cases were found by `tools/probe_frontend.py`; the accepted
+neighbours are compiled with the default pipeline and compared with onnxruntime.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from nxrt_tvm.api.claim import DeclineSignal
+from nxrt_tvm.graph.model import load_model
+from nxrt_tvm.partition.node_context import NodeContext
+from nxrt_tvm.partition.tvm_rules import TVM_OP_RULES
+
+vi = h.make_tensor_value_info
+
+
+def vo(name: str, elem: int, rank: int) -> onnx.ValueInfoProto:
+    """An output of known rank whose dims shape inference fills in."""
+    return vi(name, elem, [f"{name}{k}" for k in range(rank)])
+
+
+def model(nodes, inputs, outputs, inits=(), opset=18):
+    graph = h.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+
+
+def check(m: onnx.ModelProto, node: int = -1) -> None:
+    """Run the rule of one node (the last by default); raises DeclineSignal on decline."""
+    gv = load_model(m)
+    ctx = NodeContext(gv, node % len(gv.nodes))
+    rule = TVM_OP_RULES.lookup(ctx.domain, ctx.op_type, ctx.opset)
+    if rule is not None:
+        rule(ctx)
+
+
+def declined(m: onnx.ModelProto, node: int = -1) -> DeclineSignal:
+    with pytest.raises(DeclineSignal) as info:
+        check(m, node)
+    sig = info.value
+    assert sig.detail and sig.accepts and sig.remediation
+    return sig
+
+
+def runs_like_ort(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    """Every node is claimed, and TVM's result matches onnxruntime's."""
+    tvm = pytest.importorskip("tvm")
+    ort = pytest.importorskip("onnxruntime")
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    gv = load_model(m)
+    for i in range(len(gv.nodes)):
+        check(m, i)
+    target = tvm.target.Target({"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(), "num-cores": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = from_onnx(gv.model)
+    ex = tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    names = [i.name for i in gv.model.graph.input if i.name not in gv.initializers]
+    out = vm["main"](*[tvm.runtime.tensor(feeds[n]) for n in names])
+    got = [out] if hasattr(out, "numpy") else list(out)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g = g.numpy()
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+X34 = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+
+
+# -- operands that must be constant -------------------------------------------------------
+
+
+def test_reshape_needs_a_known_shape():
+    shape = vi("s", T.INT64, [2])
+    sig = declined(model([h.make_node("Reshape", ["x", "s"], ["y"])], [vi("x", T.FLOAT, [3, 4]), shape],
+                         [vi("y", T.FLOAT, [4, 3])]))
+    assert "run time" in sig.detail
+    runs_like_ort(model([h.make_node("Reshape", ["x", "s"], ["y"])], [vi("x", T.FLOAT, [3, 4])],
+                        [vi("y", T.FLOAT, [4, 3])], [nh.from_array(np.array([4, 3], np.int64), "s")]), {"x": X34})
+
+
+def test_reshape_from_shape_ops_with_symbolic_batch_is_accepted():
+    nodes = [
+        h.make_node("Shape", ["x"], ["sh"]),
+        h.make_node("Gather", ["sh", "zero"], ["n"], axis=0),
+        h.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+        h.make_node("Concat", ["n1", "rest"], ["s"], axis=0),
+        h.make_node("Reshape", ["x", "s"], ["y"]),
+    ]
+    inits = [nh.from_array(np.array(0, np.int64), "zero"), nh.from_array(np.array([0], np.int64), "zero1"),
+             nh.from_array(np.array([2, 2], np.int64), "rest")]
+    m = model(nodes, [vi("x", T.FLOAT, ["N", 4])], [vi("y", T.FLOAT, ["N", 2, 2])], inits)
+    runs_like_ort(m, {"x": X34})
+
+
+def test_reduce_axes_must_be_constant():
+    m = model([h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)],
+              [vi("x", T.FLOAT, [3, 4]), vi("a", T.INT64, [1])], [vo("y", T.FLOAT, 1)])
+    assert "axes" in declined(m).detail
+    m = model([h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)], [vi("x", T.FLOAT, [3, 4])],
+              [vo("y", T.FLOAT, 1)], [nh.from_array(np.array([1], np.int64), "a")])
+    runs_like_ort(m, {"x": X34})
+
+
+def test_reduce_of_an_empty_tensor_is_declined():
+    m = model([h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=1)], [vi("x", T.FLOAT, [2, 0, 4])],
+              [vo("y", T.FLOAT, 3)], [nh.from_array(np.array([1], np.int64), "a")])
+    assert declined(m).rejected.value == "shape"
+
+
+def test_topk_k_must_be_constant():
+    outs = [vo("v", T.FLOAT, 2), vo("i", T.INT64, 2)]
+    m = model([h.make_node("TopK", ["x", "k"], ["v", "i"])], [vi("x", T.FLOAT, [3, 4]), vi("k", T.INT64, [1])], outs)
+    declined(m)
+    m = model([h.make_node("TopK", ["x", "k"], ["v", "i"])], [vi("x", T.FLOAT, [3, 4])], outs,
+              [nh.from_array(np.array([2], np.int64), "k")])
+    runs_like_ort(m, {"x": X34})
+
+
+def test_pad_pads_must_be_constant():
+    m = model([h.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
+              [vi("x", T.FLOAT, [3, 4]), vi("p", T.INT64, [4])], [vo("y", T.FLOAT, 2)])
+    declined(m)
+    m = model([h.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], [vi("x", T.FLOAT, [3, 4])],
+              [vo("y", T.FLOAT, 2)], [nh.from_array(np.array([1, 1, 1, 1], np.int64), "p")])
+    runs_like_ort(m, {"x": X34})
+
+
+def test_constant_of_shape_from_data_is_declined():
+    m = model([h.make_node("ConstantOfShape", ["s"], ["y"])], [vi("s", T.INT64, [2])], [vo("y", T.FLOAT, 2)])
+    declined(m)
+
+
+def test_split_sizes():
+    outs = [vo("a", T.FLOAT, 2), vo("b", T.FLOAT, 2)]
+    m = model([h.make_node("Split", ["x", "s"], ["a", "b"], axis=1)], [vi("x", T.FLOAT, [3, 4])], outs,
+              [nh.from_array(np.array([0, 4], np.int64), "s")])
+    assert "zero-size" in declined(m).detail
+    m = model([h.make_node("Split", ["x", "s"], ["a", "b"], axis=1)], [vi("x", T.FLOAT, [3, 4])], outs,
+              [nh.from_array(np.array([1, 3], np.int64), "s")])
+    runs_like_ort(m, {"x": X34})
+
+
+# -- attributes and dtypes ----------------------------------------------------------------
+
+
+def test_resize_scale_with_fractional_output_is_declined():
+    x = vi("x", T.FLOAT, [1, 1, 4, 4])
+    m = model([h.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear")], [x], [vo("y", T.FLOAT, 4)],
+              [nh.from_array(np.array([1, 1, 0.6, 0.6], np.float32), "sc")])
+    assert "fractional" in declined(m).detail
+    m = model([h.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear")], [x], [vo("y", T.FLOAT, 4)],
+              [nh.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "sc")])
+    runs_like_ort(m, {"x": np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)})
+
+
+def test_pow_needs_matching_float_types():
+    m = model([h.make_node("Pow", ["x", "e"], ["y"])], [vi("x", T.FLOAT, [3, 4]), vi("e", T.INT64, [3, 4])],
+              [vi("y", T.FLOAT, [3, 4])])
+    assert declined(m).rejected.value == "dtype"
+    m = model([h.make_node("Pow", ["x", "e"], ["y"])], [vi("x", T.FLOAT, [3, 4]), vi("e", T.FLOAT, [3, 4])],
+              [vi("y", T.FLOAT, [3, 4])])
+    runs_like_ort(m, {"x": np.abs(X34) + 0.5, "e": X34})
+
+
+def test_isinf_one_sided_is_declined():
+    m = model([h.make_node("IsInf", ["x"], ["y"], detect_negative=0)], [vi("x", T.FLOAT, [3, 4])],
+              [vi("y", T.BOOL, [3, 4])])
+    declined(m)
+    m = model([h.make_node("IsInf", ["x"], ["y"])], [vi("x", T.FLOAT, [3, 4])], [vi("y", T.BOOL, [3, 4])])
+    runs_like_ort(m, {"x": np.where(X34 > 1, np.inf, X34).astype(np.float32)})
+
+
+def test_layernorm_extra_outputs_are_declined():
+    inputs = [vi("x", T.FLOAT, [3, 4])]
+    inits = [nh.from_array(np.ones(4, np.float32), "g"), nh.from_array(np.zeros(4, np.float32), "b")]
+    m = model([h.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean"])], inputs,
+              [vi("y", T.FLOAT, [3, 4]), vo("mean", T.FLOAT, 2)], inits)
+    declined(m)
+    m = model([h.make_node("LayerNormalization", ["x", "g", "b"], ["y"])], inputs, [vi("y", T.FLOAT, [3, 4])], inits)
+    runs_like_ort(m, {"x": X34})
+
+
+def test_maxpool_indices_output_is_declined():
+    x = vi("x", T.FLOAT, [1, 1, 4, 4])
+    m = model([h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])], [x],
+              [vo("y", T.FLOAT, 4), vo("i", T.INT64, 4)])
+    declined(m)
+    m = model([h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2])], [x], [vo("y", T.FLOAT, 4)])
+    runs_like_ort(m, {"x": np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)})
+
+
+def test_elu_float16_is_declined():
+    m = model([h.make_node("Elu", ["x"], ["y"])], [vi("x", T.FLOAT16, [3, 4])], [vi("y", T.FLOAT16, [3, 4])])
+    declined(m)
+
+
+def test_conv_transpose_output_shape_must_match_pads():
+    w = nh.from_array(np.ones((1, 2, 3, 3), np.float32), "w")
+    x = vi("x", T.FLOAT, [1, 1, 3, 3])
+    node = h.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[3, 2], output_shape=[10, 8])
+    declined(model([node], [x], [vo("y", T.FLOAT, 4)], [w]))
+    node = h.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[3, 2], output_shape=[10, 8],
+                       output_padding=[1, 1], kernel_shape=[3, 3])
+    runs_like_ort(model([node], [x], [vo("y", T.FLOAT, 4)], [w]), {"x": np.ones((1, 1, 3, 3), np.float32)})
+
+
+def test_shape_output_into_arithmetic_is_declined():
+    nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Div", ["s", "two"], ["y"])]
+    m = model(nodes, [vi("x", T.FLOAT, [3, 4])], [vi("y", T.INT64, [2])],
+              [nh.from_array(np.array(2, np.int64), "two")])
+    assert "Shape" in declined(m).detail
+
+
+def test_ai_onnx_attention_is_declined():
+    q = vi("q", T.FLOAT, [1, 2, 3, 4])
+    m = model([h.make_node("Attention", ["q", "q", "q"], ["y"])], [q], [vo("y", T.FLOAT, 4)], opset=23)
+    declined(m)
