@@ -10,9 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from .api.errors import EpError
 from .data import default_model_path
+from .epcontext.codec import is_ep_context
+from .epcontext.loader import restore_sources
 from .graph.model import GraphView, load_model
 from .partition.plan import make_plan
 from .session import InferenceSession
@@ -101,7 +104,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         threads = int(__import__("os").environ["TVM_NUM_THREADS"])
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
-        ref = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+        so.log_severity_level = 3
+        proto = onnx.load(str(model))
+        if any(is_ep_context(n) for n in proto.graph.node):  # compare with the source the blobs came from
+            proto = restore_sources(proto)
+        ref = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
         expected = ref.run(None, feeds)
         diffs = {}
         for o, got, want in zip(sess.get_outputs(), outputs, expected):
@@ -138,6 +145,41 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from .aot import compile_model
+
+    options = {}
+    if args.min_subgraph_size is not None:
+        options["min_subgraph_size"] = args.min_subgraph_size
+    if args.exclude:
+        options["op_types_to_exclude"] = args.exclude
+    report = compile_model(
+        _model(args),
+        args.output,
+        target=args.target,
+        embed=not args.external,
+        weightless=args.weightless,
+        keep_source=not args.no_source,
+        provider_options=options,
+        progress=None if not args.json else False,
+    )
+    summary = {
+        "output": str(report.output),
+        "files": [{"path": str(f), "bytes": f.stat().st_size} for f in report.files],
+        "compiled_partitions": report.compiled_partitions,
+        "fallback_partitions": len(report.plan.partitions) - report.compiled_partitions,
+        "declines": len(report.plan.declines),
+        "seconds": round(report.seconds, 3),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"wrote {report.output}: {report.compiled_partitions} EPContext partitions, "
+              f"{summary['fallback_partitions']} fallback partitions, {report.bytes_written} bytes in {len(report.files)} file(s), "
+              f"{report.seconds:.2f} s")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nxrt-tvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -154,6 +196,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--atol", type=float, default=1e-4)
     run.add_argument("--repeat", type=int, default=20, help="timed runs per engine with --check")
     run.set_defaults(func=_cmd_run)
+    comp = sub.add_parser("compile", help="compile ahead of time into a model with EPContext nodes")
+    _add_model_args(comp)
+    comp.add_argument("-o", "--output", type=Path, required=True, help="where to write the EPContext model")
+    mode = comp.add_mutually_exclusive_group()
+    mode.add_argument("--embed", action="store_true", default=True, help="blobs inside the model (default)")
+    mode.add_argument("--external", action="store_true", help="blob files beside the model, paths relative to it")
+    comp.add_argument("--weightless", action="store_true", help="code-only blobs; weights bound from the model at load")
+    comp.add_argument("--no-source", action="store_true", help="drop the source subgraphs kept for hosts that cannot load a blob")
+    comp.set_defaults(func=_cmd_compile)
     return parser
 
 

@@ -18,7 +18,7 @@ from .record import EpContext
 from .registry import EpContextRegistry
 from .writer import SOURCE_DOMAIN
 
-__all__ = ["ResolvedContexts", "resolve_contexts"]
+__all__ = ["ResolvedContexts", "resolve_contexts", "source_nodes", "restore_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +33,37 @@ class ResolvedContexts:
     refused: list[ContextRejected] = field(default_factory=list)
 
 
+def source_nodes(model: onnx.ModelProto, partition: str) -> list[onnx.NodeProto] | None:
+    """The original nodes of a compiled partition, from the model-local function kept beside it."""
+    for function in model.functions:
+        if function.domain == SOURCE_DOMAIN and function.name == partition:
+            return [onnx.NodeProto.FromString(n.SerializeToString()) for n in function.node]
+    return None
+
+
+def restore_sources(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A plain ONNX model: every EPContext node replaced by its source subgraph (e.g. to run it in onnxruntime)."""
+    restored = onnx.ModelProto.FromString(model.SerializeToString())
+    nodes: list[onnx.NodeProto] = []
+    for node in restored.graph.node:
+        if not is_ep_context(node):
+            nodes.append(node)
+            continue
+        partition = next((a.s.decode() for a in node.attribute if a.name == "partition_name"), node.name)
+        source = source_nodes(restored, partition)
+        if source is None:
+            raise ValueError(f"EPContext node {node.name!r} keeps no source subgraph (compiled with --no-source)")
+        nodes.extend(source)
+    del restored.graph.node[:]
+    restored.graph.node.extend(nodes)
+    return restored
+
+
 def resolve_contexts(
     model: onnx.ModelProto, model_dir: Path | None, registry: EpContextRegistry, on_mismatch: str
 ) -> ResolvedContexts:
     """Decode and check every EPContext node; rewrite `model` in place where the policy restores source."""
     resolved = ResolvedContexts()
-    functions = {(f.domain, f.name): f for f in model.functions}
     new_nodes: list[onnx.NodeProto] = []
     for node in model.graph.node:
         if not is_ep_context(node):
@@ -54,17 +79,16 @@ def resolve_contexts(
             new_nodes.append(node)
             continue
         except ContextRejected as exc:
-            source = functions.get((SOURCE_DOMAIN, ctx.partition_name))
+            source = source_nodes(model, ctx.partition_name)
             if on_mismatch == "error" or source is None:
                 if source is None and on_mismatch != "error":
                     raise type(exc)(exc.partition, exc.reason, "this model keeps no source subgraph for it; " + exc.remedy) from None
                 raise
             log.warning("%s; running its source subgraph instead (%s)", exc, on_mismatch)
             resolved.refused.append(exc)
-            restored = [onnx.NodeProto.FromString(n.SerializeToString()) for n in source.node]
-            new_nodes.extend(restored)
+            new_nodes.extend(source)
             if on_mismatch == "fallback":
-                resolved.fallback_nodes.update(n.name for n in restored)
+                resolved.fallback_nodes.update(n.name for n in source)
     del model.graph.node[:]
     model.graph.node.extend(new_nodes)
     return resolved

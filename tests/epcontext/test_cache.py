@@ -5,6 +5,7 @@ import hashlib
 import logging
 import multiprocessing
 import os
+import queue
 import random
 import time
 from pathlib import Path
@@ -242,12 +243,20 @@ def test_cache_key_is_unambiguous():
 
 # -- two processes -----------------------------------------------------------------------------
 
-SHARED = [cache_key("shared", str(i)) for i in range(4)]
-MAX_BYTES = 400_000  # small enough that eviction runs concurrently with reads and writes
+SHARED = [cache_key("shared", str(i)) for i in range(3)]
+HOT = cache_key("hot")
+OPS = 100
+MAX_BYTES = 600_000  # small enough that eviction runs concurrently with reads and writes
 
 
-def _worker(directory: str, wid: int, ops: int, barrier, results) -> None:
-    """Mixed puts and gets of shared and private keys; report errors and corruption warnings."""
+def _check(entry: CacheEntry, k: str) -> None:
+    assert entry.key == k and entry.blob.startswith(k.encode())
+    assert entry.meta["sha"] == hashlib.sha256(entry.blob).hexdigest()
+
+
+def _worker(directory: str, wid: int, barrier, done, results) -> None:
+    """Phase 1: mixed puts and gets of shared and private keys. Phase 2: worker 1 rewrites
+    one hot key while worker 2 reads it in a tight loop, which must never see it missing."""
     warnings: list[str] = []
 
     class Collect(logging.Handler):
@@ -258,42 +267,62 @@ def _worker(directory: str, wid: int, ops: int, barrier, results) -> None:
     try:
         rng = random.Random(wid)
         cache = CompileCache(directory, max_bytes=MAX_BYTES)
-        mine = [cache_key("private", str(wid), str(i)) for i in range(4)]
-        hits = 0
+        keys = SHARED + [cache_key("private", str(wid), str(i)) for i in range(2)]
+        stats = {"hits": 0, "hot_reads": 0, "hot_misses_after_hit": 0}
         barrier.wait(timeout=60)
-        for _ in range(ops):
-            k = rng.choice(SHARED + mine)
+        for _ in range(OPS):
+            k = rng.choice(keys)
             if rng.random() < 0.5:
-                blob = k.encode() + bytes([wid]) * rng.randrange(1, 60_000)
+                blob = k.encode() + bytes([wid]) * rng.randrange(1, 200_000)
                 cache.put(k, blob, {"sha": hashlib.sha256(blob).hexdigest(), "writer": wid})
-            else:
-                entry = cache.get(k)
-                if entry is not None:
-                    hits += 1
-                    assert entry.key == k and entry.blob.startswith(k.encode())
-                    assert entry.meta["sha"] == hashlib.sha256(entry.blob).hexdigest()
-        results.put((wid, None, warnings, hits))
+            elif (entry := cache.get(k)) is not None:
+                stats["hits"] += 1
+                _check(entry, k)
+        barrier.wait(timeout=60)
+        if wid == 1:
+            for i in range(30):
+                blob = HOT.encode() + bytes([i]) * rng.randrange(100_000, 300_000)
+                cache.put(HOT, blob, {"sha": hashlib.sha256(blob).hexdigest(), "writer": wid})
+            done.set()
+        else:
+            seen = False
+            while not done.is_set():
+                entry = cache.get(HOT)
+                stats["hot_reads"] += 1
+                if entry is None:
+                    stats["hot_misses_after_hit"] += seen
+                else:
+                    seen = True
+                    _check(entry, HOT)
+        print(wid, stats); results.put((wid, None, warnings, stats))
     except BaseException as e:  # noqa: BLE001 - reported to the parent
-        results.put((wid, repr(e), warnings, 0))
+        done.set()
+        results.put((wid, repr(e), warnings, {}))
 
 
 def test_two_processes_share_a_consistent_cache(tmp_path):
     ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(str(tmp_path), wid, 60, barrier, results)) for wid in (1, 2)]
+    barrier, done, results = ctx.Barrier(2), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(str(tmp_path), wid, barrier, done, results)) for wid in (1, 2)]
     for p in procs:
         p.start()
-    reports = [results.get(timeout=60) for _ in procs]
+    try:
+        reports = {wid: rest for wid, *rest in (results.get(timeout=60) for _ in procs)}
+    except queue.Empty:
+        pytest.fail(f"a worker did not report; exit codes {[p.exitcode for p in procs]}")
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
-    for wid, error, warnings, _hits in reports:
+    for wid, (error, warnings, stats) in reports.items():
         assert error is None, f"worker {wid}: {error}"
         assert warnings == [], f"worker {wid} saw corruption: {warnings}"
+    hot = reports[2][2]
+    assert hot["hot_reads"] > 30 and hot["hot_misses_after_hit"] == 0, hot  # replaces are atomic
     cache = CompileCache(tmp_path, max_bytes=MAX_BYTES)
     infos = cache.entries()
-    assert infos and cache.total_bytes() <= MAX_BYTES
+    assert infos[0].key == HOT and cache.total_bytes() <= MAX_BYTES
     for info in infos:
         entry = cache.get(info.key)
-        assert entry is not None and entry.meta["sha"] == hashlib.sha256(entry.blob).hexdigest()
+        assert entry is not None
+        _check(entry, info.key)
     assert temp_files(tmp_path) == []

@@ -1,0 +1,114 @@
+"""AOT compile to EPContext models and deploy them without compiling (embedded, external, weightless)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+import model_zoo
+import nxrt_tvm as nx
+from conftest import assert_parity, ort_run
+from nxrt_tvm.epcontext.codec import is_ep_context
+from nxrt_tvm.epcontext.loader import restore_sources
+
+TVM = nx.EpId("TvmExecutionProvider")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """The bundled default model: two TVM partitions around a declined Celu (multi-partition)."""
+    path = tmp_path_factory.mktemp("src") / "model.onnx"
+    onnx.save(model_zoo.default_model(), path)
+    return path
+
+
+def _deploy_options() -> nx.SessionOptions:
+    options = nx.SessionOptions()
+    options.add_session_config_entry("session.disable_model_compile", "1")
+    return options
+
+
+def _tvm_ep(sess: nx.InferenceSession):
+    return next(p for p in sess._providers if p.ep_id == TVM)
+
+
+@pytest.mark.parametrize("embed", [True, False], ids=["embedded", "external"])
+def test_round_trip_loads_without_compiling(source, tmp_path, embed):
+    out = tmp_path / "model_ctx.onnx"
+    report = nx.compile_model(source, out, embed=embed, progress=False)
+    assert report.compiled_partitions == 2
+    model = onnx.load(out)
+    onnx.checker.check_model(model)
+    contexts = [n for n in model.graph.node if is_ep_context(n)]
+    assert len(contexts) == 2 and {n.op_type for n in model.graph.node} == {"EPContext", "Celu"}
+    blobs = sorted(tmp_path.glob("model_ctx.*.tvm.so"))
+    assert len(blobs) == (0 if embed else 2)
+    for node in contexts:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert attrs["source"] == b"TvmExecutionProvider" and attrs["embed_mode"] == int(embed)
+        notes = json.loads(attrs["notes"])
+        assert notes["format_version"] == 1 and len(notes["sha256"]) == 64
+        if not embed:  # relative, beside the model
+            assert (tmp_path / attrs["ep_cache_context"].decode()).is_file()
+
+    sess = nx.InferenceSession(out, _deploy_options())  # any compile would raise CompileDisabled
+    ep = _tvm_ep(sess)
+    assert ep.stats["loaded"] == 2 and ep.stats["builds"] == 0 and ep.stats["compiled"] == 0
+    assert [p.cost.source for p in sess.plan.partitions if p.ep == TVM] == ["precompiled"] * 2
+    feeds = model_zoo.make_inputs("default_model")
+    assert_parity(sess.run(None, feeds), ort_run(source, feeds))
+
+
+def test_compile_disabled_refuses_a_plain_model(source):
+    with pytest.raises(nx.CompileDisabled, match="compile the model ahead of time"):
+        nx.InferenceSession(source, _deploy_options())
+
+
+def test_session_options_write_the_context_model(source, tmp_path):
+    out = tmp_path / "from_session.onnx"
+    options = nx.SessionOptions()
+    options.add_session_config_entry("ep.context_enable", "1")
+    options.add_session_config_entry("ep.context_file_path", str(out))
+    options.add_session_config_entry("ep.context_embed_mode", "0")
+    nx.InferenceSession(source, options)
+    assert len(list(tmp_path.glob("from_session.*.tvm.so"))) == 2
+    feeds = model_zoo.make_inputs("default_model")
+    assert_parity(nx.InferenceSession(out, _deploy_options()).run(None, feeds), ort_run(source, feeds))
+
+
+def test_unknown_session_config_key_is_rejected():
+    with pytest.raises(nx.InvalidProviderOptions, match="unknown session config key"):
+        nx.SessionOptions().add_session_config_entry("ep.context_enabled", "1")
+
+
+def test_weightless_blobs_share_one_copy_of_weights(source, tmp_path):
+    full = nx.compile_model(source, tmp_path / "full.onnx", embed=False, progress=False)
+    lean = nx.compile_model(source, tmp_path / "lean.onnx", embed=False, weightless=True, progress=False)
+    size = lambda report: sum(f.stat().st_size for f in report.files if f.suffix == ".so")  # noqa: E731
+    assert size(lean) < size(full)
+    sess = nx.InferenceSession(tmp_path / "lean.onnx", _deploy_options())
+    weights = {w for k in sess._kernels for w in getattr(k, "weight_names", ())}
+    assert weights and len(_tvm_ep(sess)._weights) == len(weights)
+    feeds = model_zoo.make_inputs("default_model")
+    assert_parity(sess.run(None, feeds), ort_run(source, feeds))
+
+
+def test_source_subgraphs_restore_a_plain_model(source, tmp_path):
+    out = tmp_path / "ctx.onnx"
+    nx.compile_model(source, out, progress=False)
+    plain = restore_sources(onnx.load(out))
+    assert not any(is_ep_context(n) for n in plain.graph.node)
+    feeds = model_zoo.make_inputs("default_model")
+    np.testing.assert_allclose(ort_run(plain, feeds)[0], ort_run(source, feeds)[0], rtol=1e-6)
+
+
+def test_symbolic_batch_survives_the_round_trip(tmp_path):
+    src = tmp_path / "mlp.onnx"
+    onnx.save(model_zoo.mlp(), src)
+    nx.compile_model(src, tmp_path / "mlp_ctx.onnx", progress=False)
+    sess = nx.InferenceSession(tmp_path / "mlp_ctx.onnx", _deploy_options())
+    for batch in (1, 9):
+        feeds = {"x": np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)}
+        assert_parity(sess.run(None, feeds), ort_run(src, feeds))
