@@ -55,6 +55,17 @@ def _node_arg(info: ValueInfo) -> NodeArg:
     return NodeArg(info.name, list(info.shape) if info.shape is not None else [], type_name)
 
 
+def _override_free_dims(model: onnx.ModelProto, overrides: dict[str, int]) -> None:
+    """Replace symbolic input dims by the sizes the user fixed (onnxruntime's free-dimension overrides)."""
+    if not overrides:
+        return
+    for value in model.graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in overrides:
+                dim.dim_value = overrides[dim.dim_param]
+    del model.graph.value_info[:]  # re-inferred from the now static inputs
+
+
 def _make_providers(providers: Sequence[Any] | None, options: Sequence[dict] | None) -> list[ExecutionProvider]:
     names = list(providers) if providers is not None else list(DEFAULT_PROVIDERS)
     if options is not None and len(options) != len(names):
@@ -92,6 +103,7 @@ class InferenceSession:
         model, model_dir = read_model(path_or_bytes)
         if isinstance(path_or_bytes, onnx.ModelProto):
             model = onnx.ModelProto.FromString(model.SerializeToString())  # never edit the caller's proto
+        _override_free_dims(model, dict(self.config.free_dimension_overrides))
         self._providers = _make_providers(providers, provider_options)
         for ep in self._providers:
             if hasattr(ep, "compile_disabled"):
@@ -128,11 +140,11 @@ class InferenceSession:
         index = {node.name: i for i, node in enumerate(graph.nodes)}
         fixed: list[SubgraphClaim] = []
         preloaded: dict[str, Kernel] = {}
-        for node_name, (ctx, ep) in contexts.loadable.items():
+        for node_name, (ctx, ep, kernel) in contexts.loaded.items():
             i = index[node_name]
             inputs, outputs = graph.boundary([i])
             fixed.append(SubgraphClaim(ep.ep_id, ctx.partition_name, (i,), inputs, outputs, Cost(source="precompiled")))
-            preloaded[ctx.partition_name] = ep.load_context(ctx, graph.initializers)
+            preloaded[ctx.partition_name] = kernel
         if contexts.fallback_nodes:
             fallback = next(p for p in self._providers if p.ep_id == FALLBACK_EP)
             groups = group_nodes(graph, [index[n] for n in contexts.fallback_nodes], [c.nodes for c in fixed])

@@ -26,6 +26,16 @@ class SessionOptions:
 
     def __init__(self) -> None:
         self._entries: dict[str, str] = {}
+        self._free_dims: dict[str, int] = {}
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix a symbolic input dim (e.g. ``batch``) to a size, as onnxruntime does: static shapes let TVM claim more."""
+        if int(dim_value) < 0:
+            raise InvalidProviderOptions(f"free dimension {dim_name!r} must be >= 0, got {dim_value}")
+        self._free_dims[str(dim_name)] = int(dim_value)
+
+    def free_dimension_overrides(self) -> dict[str, int]:
+        return dict(self._free_dims)
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         if key not in CONFIG_KEYS:
@@ -55,13 +65,16 @@ class SessionConfig:
     context_embed_mode: int = 1
     disable_model_compile: bool = False
     context_on_mismatch: str = "error"
+    free_dimension_overrides: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def parse(cls, options: Any) -> "SessionConfig":
         if options is None:
             return cls()
+        free_dims: dict[str, int] = {}
         if isinstance(options, SessionOptions):
             entries = options.entries()
+            free_dims = options.free_dimension_overrides()
         elif isinstance(options, Mapping):
             entries = {str(k): str(v) for k, v in options.items()}
             unknown = sorted(set(entries) - set(CONFIG_KEYS))
@@ -88,4 +101,5 @@ class SessionConfig:
             context_embed_mode=int(embed),
             disable_model_compile=_flag(entries, "session.disable_model_compile"),
             context_on_mismatch=mismatch,
+            free_dimension_overrides=tuple(sorted(free_dims.items())),
         )

@@ -1,9 +1,8 @@
 """A content-keyed, cross-process-safe on-disk cache of compiled partitions.
 
-Why: compiling a partition with TVM takes 0.2-10 s, so a second session on the same model
-should load the compiled library instead. The caller derives the key from everything that
-shapes the output (graph, weights, target, TVM version, passes, tuning db; see `cache_key`);
-the cache only stores, verifies and evicts opaque blobs with a small JSON metadata dict.
+Why: compiling a partition with TVM takes 0.2-10 s; a second session on the same model should
+load the library instead. The caller keys it on everything that shapes the output (see
+`cache_key`); the cache only stores, verifies and evicts opaque blobs plus a small JSON dict.
 
 Layout -- one file per entry, so a single `os.replace` publishes blob and metadata together
 and no reader can ever pair a new blob with old metadata::
@@ -28,10 +27,10 @@ import re
 import struct
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -58,7 +57,6 @@ class CacheError(EpError):
 @dataclass(frozen=True)
 class CacheEntry:
     """A verified hit: the blob's size and sha256 matched what `put` recorded."""
-
     key: str
     blob: bytes = field(repr=False)  # may be 200 MB: keep it out of reprs and logs
     meta: dict[str, Any]
@@ -67,7 +65,6 @@ class CacheEntry:
 @dataclass(frozen=True)
 class CacheEntryInfo:
     """One line of a `cache ls`: read from a stat, without opening the entry."""
-
     key: str
     size: int  # bytes on disk, header included: what counts against max_bytes
     last_used: float  # epoch seconds of the last put or hit
@@ -98,17 +95,13 @@ def _check_key(key: object) -> str:
 
 
 def _fsync_dir(path: Path) -> None:
-    """Make a rename durable; best effort (not every platform can open a directory)."""
-    try:
+    """Make a rename survive a power cut; best effort (not every platform opens directories)."""
+    with suppress(OSError):
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class CompileCache:
@@ -131,18 +124,14 @@ class CompileCache:
     def _path(self, key: str) -> Path:
         return self._root / key[:2] / (key + _SUFFIX)
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, timeout: float = _LOCK_TIMEOUT_S) -> Any:
+        """Take the directory lock; the returned proxy releases it at the end of a `with`."""
         try:
-            self._lock.acquire()
+            return self._lock.acquire(timeout=timeout)
         except Timeout as e:
-            raise CacheError(f"timed out after {_LOCK_TIMEOUT_S:.0f} s waiting for {self._lock.lock_file}") from e
+            raise CacheError(f"timed out after {timeout:.0f} s waiting for {self._lock.lock_file}") from e
         except OSError as e:
             raise CacheError(f"cannot lock cache directory {str(self.directory)!r}: {e}") from e
-        try:
-            yield
-        finally:
-            self._lock.release()
 
     def get(self, key: str) -> CacheEntry | None:
         """The verified entry for `key`, or None on a miss (absent, vanished, or corrupt)."""
@@ -160,22 +149,16 @@ class CompileCache:
         except OSError as e:
             log.warning("cache entry %s is unreadable (%s); treating it as a miss", path, e)
             return None
-        try:
-            now = time.time_ns()  # fine-grained, unlike the kernel's coarse "now"
-            os.utime(path, ns=(now, now))
-        except OSError:
-            pass  # gone or replaced since: the LRU hint is not worth an error
+        with suppress(OSError):  # gone or replaced since: the LRU hint is not worth an error
+            os.utime(path, ns=(time.time_ns(),) * 2)  # fine-grained, unlike the kernel's coarse "now"
         return entry
 
     def _discard(self, path: Path, seen: os.stat_result) -> None:
         """Delete a corrupt entry, unless a writer has replaced it with a new file meanwhile."""
-        try:
-            with self._locked():
-                st = os.stat(path)
-                if (st.st_ino, st.st_dev) == (seen.st_ino, seen.st_dev):
-                    os.unlink(path)
-        except (OSError, CacheError):
-            pass  # already gone, or the lock is busy: a later get retries
+        with suppress(OSError, CacheError), self._locked(timeout=5.0):  # else a later get retries
+            st = os.stat(path)
+            if (st.st_ino, st.st_dev) == (seen.st_ino, seen.st_dev):
+                os.unlink(path)
 
     def put(self, key: str, blob: bytes, meta: dict) -> None:
         """Store `blob` and `meta` under `key` atomically, then evict LRU entries over max_bytes."""
@@ -203,36 +186,26 @@ class CompileCache:
             with self._locked():
                 os.replace(tmp, path)
                 tmp = None
-                now = time.time_ns()
-                os.utime(path, ns=(now, now))
+                os.utime(path, ns=(time.time_ns(),) * 2)  # last used: now
                 _fsync_dir(path.parent)
                 self._evict(keep=path)
         except OSError as e:
             raise CacheError(f"cannot write cache entry {path}: {e}") from e
         finally:
-            if tmp is not None:
-                try:
+            if tmp is not None:  # failed before the rename: leave no temp file behind
+                with suppress(OSError):
                     os.unlink(tmp)
-                except OSError:
-                    pass
 
     def _scan(self, clean: bool) -> list[tuple[Path, os.stat_result]]:
         """All entries with their stats; with `clean` (lock held) remove stale temp files too."""
         found, now = [], time.time()
-        try:
-            shards = [d for d in os.scandir(self._root) if d.is_dir(follow_symlinks=False)]
-        except FileNotFoundError:
-            return found
-        for shard in shards:
-            try:
-                names = list(os.scandir(shard.path))
-            except FileNotFoundError:
+        for shard in os.scandir(self._root):
+            if not shard.is_dir(follow_symlinks=False):
                 continue
-            for e in names:
+            for e in os.scandir(shard.path):
                 try:
-                    if e.name.startswith(_TMP_PREFIX):
-                        if clean and now - e.stat().st_mtime > _STALE_TMP_S:
-                            os.unlink(e.path)
+                    if e.name.startswith(_TMP_PREFIX) and clean and now - e.stat().st_mtime > _STALE_TMP_S:
+                        os.unlink(e.path)  # its writer died: temp files are never read
                     elif e.name.endswith(_SUFFIX) and _KEY_RE.fullmatch(e.name[: -len(_SUFFIX)]):
                         found.append((Path(e.path), e.stat(follow_symlinks=False)))
                 except FileNotFoundError:
@@ -248,13 +221,10 @@ class CompileCache:
         for path, st in sorted(found, key=lambda item: item[1].st_mtime_ns):
             if total <= self.max_bytes:
                 break
-            if path == keep:
-                continue
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            total -= st.st_size
+            if path != keep:
+                with suppress(FileNotFoundError):
+                    os.unlink(path)
+                total -= st.st_size
 
     def __contains__(self, key: object) -> bool:
         """Whether an entry file exists; cheap, unverified: `get` may still report a miss."""
@@ -272,10 +242,8 @@ class CompileCache:
         """Remove every entry (and stale temp files); writes in flight are left to finish."""
         with self._locked():
             for path, _ in self._scan(clean=True):
-                try:
+                with suppress(FileNotFoundError):
                     os.unlink(path)
-                except FileNotFoundError:
-                    pass
 
     def total_bytes(self) -> int:
         """Bytes on disk over all entries, headers included: the figure compared to max_bytes."""

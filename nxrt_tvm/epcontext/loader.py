@@ -12,6 +12,7 @@ from pathlib import Path
 import onnx
 
 from ..api.errors import ContextRejected
+from ..api.kernel import Kernel
 from ..api.provider import ExecutionProvider
 from .codec import decode_node, is_ep_context
 from .record import EpContext
@@ -25,9 +26,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ResolvedContexts:
-    """Which EPContext nodes load (node name -> record and EP), and which nodes came back as source."""
+    """Kernels of the EPContext nodes that loaded (by node name), and which nodes came back as source."""
 
-    loadable: dict[str, tuple[EpContext, ExecutionProvider]] = field(default_factory=dict)
+    loaded: dict[str, tuple[EpContext, ExecutionProvider, Kernel]] = field(default_factory=dict)
     #: node names restored from source functions that must run on the fallback EP ('fallback' policy)
     fallback_nodes: set[str] = field(default_factory=set)
     refused: list[ContextRejected] = field(default_factory=list)
@@ -62,7 +63,11 @@ def restore_sources(model: onnx.ModelProto) -> onnx.ModelProto:
 def resolve_contexts(
     model: onnx.ModelProto, model_dir: Path | None, registry: EpContextRegistry, on_mismatch: str
 ) -> ResolvedContexts:
-    """Decode and check every EPContext node; rewrite `model` in place where the policy restores source."""
+    """Load every EPContext node through its EP; rewrite `model` in place where the policy restores source.
+
+    `load_context` checks each blob before loading it, so a refusal here means no native code was loaded.
+    """
+    initializers = {t.name: t for t in model.graph.initializer}
     resolved = ResolvedContexts()
     new_nodes: list[onnx.NodeProto] = []
     for node in model.graph.node:
@@ -72,10 +77,7 @@ def resolve_contexts(
         ctx = decode_node(node, model_dir)
         ep = registry.route(ctx.source)
         try:
-            check = getattr(ep, "check_context", None)
-            if check is not None:
-                check(ctx)
-            resolved.loadable[node.name] = (ctx, ep)
+            resolved.loaded[node.name] = (ctx, ep, ep.load_context(ctx, initializers))
             new_nodes.append(node)
             continue
         except ContextRejected as exc:

@@ -45,7 +45,7 @@ def _to_tvm(view: TensorView, device: DeviceId, tvm_dev: tvm.runtime.Device) -> 
 class TvmKernel(Kernel):
     """Runs one compiled partition; one VM per thread, since a VM keeps per-call state.
 
-    `module` is a freshly built executable or a module loaded from a blob;
+    `module` is a freshly built executable or a module loaded from `blob`;
     `weights` (weightless builds) are appended to every call's arguments.
     """
 
@@ -57,8 +57,10 @@ class TvmKernel(Kernel):
         inputs: Sequence[ValueInfo],
         outputs: Sequence[ValueInfo],
         weights: Sequence[tuple[str, tvm.runtime.Tensor]] = (),
+        blob: bytes | None = None,
     ):
         self.module = module
+        self.blob = blob  # the exported library, when this kernel came from (or went to) one
         self.device = device
         self.name = name
         self.inputs = tuple(inputs)

@@ -68,12 +68,12 @@ def _isinf(ctx: NodeContext) -> None:
                      remediation=f"{FALLBACK}; use IsInf plus a sign test (Less/Greater) instead")
 
 
-# Without: float16 inputs fail to import (alpha/gamma/theta become float32 constants).
+# Without: float16/bfloat16 inputs fail to import (alpha/gamma/theta become float32 constants).
 def _no_float16(ctx: NodeContext) -> None:
     require(
-        ctx.inputs[0].type_name != "float16",
+        ctx.inputs[0].type_name not in ("float16", "bfloat16"),
         Rejected.DTYPE,
-        f"float16 input to {ctx.op_type}",
+        f"{ctx.inputs[0].type_name} input to {ctx.op_type}",
         accepts="float32 or float64 input",
         remediation=f"{FALLBACK}; compute in float32 (Cast around the node) to let TVM take it",
     )
@@ -185,10 +185,19 @@ def _cumsum(ctx: NodeContext) -> None:
 
 
 # Without: runtime depth/values fail to import ("Only constant depth currently supported").
+# A float depth (ONNX allows any numeric type) fails to import too (one_hot wants an int).
 @rule("OneHot")
 def _onehot(ctx: NodeContext) -> None:
     require_const(ctx, 1, "depth", optional=False)
     require_const(ctx, 2, "values", optional=False)
+    depth = ctx.const(1)
+    require(
+        depth.dtype.kind in "iu",
+        Rejected.DTYPE,
+        f"depth is {depth.dtype}",
+        accepts="an integer depth",
+        remediation=f"{FALLBACK}; store depth as int64 to let TVM take it",
+    )
 
 
 # -- quantisation ---------------------------------------------------------------------------

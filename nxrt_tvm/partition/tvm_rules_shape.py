@@ -26,9 +26,21 @@ def _reshape(ctx: NodeContext) -> None:
 
 # Without: a runtime shape tensor imports, but the output keeps the data's dims
 # where the new shape broadcasts them (data (3,1), shape [2,1,6] gives (2,1,6), not (2,3,6)).
+# With a constant shape, a symbolic data dim fails to import ("'Var' object has no
+# attribute 'value'"), against a target value of 1 as well as any other.
 @rule("Expand")
 def _expand(ctx: NodeContext) -> None:
     _require_shape_operand(ctx, 1, "target shape")
+    target, data = ctx.const(1), ctx.inputs[0].shape
+    if target is not None and data is not None:
+        for d, t in zip(reversed(data), reversed(target.tolist())):
+            require(
+                isinstance(d, int),
+                Rejected.SHAPE,
+                f"data dim {d!r} is symbolic where the target shape {target.tolist()} has {t}",
+                accepts="static data dims under a constant target shape",
+                remediation=f"{FALLBACK}; fix the input shape (onnxsim --overwrite-input-shape)",
+            )
 
 
 # Without: a runtime shape tensor imports but fails to legalise (assert in reshape_call_te).
@@ -109,6 +121,24 @@ def _eye_like(ctx: NodeContext) -> None:
         accepts="no dtype attribute, or the input's own element type",
         remediation=f"{FALLBACK}; add a Cast after EyeLike instead",
     )
+
+
+# Without: squeezing an axis whose size is symbolic fails to import ("cannot be proven to be 1").
+@rule("Squeeze")
+def _squeeze(ctx: NodeContext) -> None:
+    axes = ctx.attr("axes") if ctx.opset < 13 else (ctx.const(1).tolist() if ctx.is_const(1) else None)
+    shape = ctx.inputs[0].shape
+    if axes is None or shape is None:
+        return
+    for a in axes:
+        d = shape[int(a) % len(shape)]
+        require(
+            isinstance(d, int),
+            Rejected.SHAPE,
+            f"squeezed axis {a} has symbolic size {d!r}",
+            accepts="squeezed axes of static size 1",
+            remediation=f"{FALLBACK}; fix the input shape (onnxsim --overwrite-input-shape)",
+        )
 
 
 # -- reductions ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -17,11 +18,12 @@ from ..api.errors import CompileDisabled, CompileFailed, EpLoadFailed, InvalidPr
 from ..api.kernel import Kernel
 from ..api.tensor import aligned_empty
 from ..epcontext.compat import check_loadable, hardware_of
-from ..epcontext.record import EpContext, TensorSignature, sha256_hex
+from ..epcontext.cache import CompileCache, cache_key
+from ..epcontext.record import FORMAT_VERSION, EpContext, TensorSignature, sha256_hex
 from ..lower.artifact import export_executable, load_executable
 from ..api.provider import ExecutionProvider
 from ..graph.model import GraphView
-from ..lower.build import compile_partition, locate_failure, weight_names
+from ..lower.build import compile_partition, locate_failure, partition_model, weight_names
 from ..lower.kernel import TvmKernel
 from ..lower.target import make_target, target_device, tvm_device
 from ..partition.claims import make_claims, partition_name
@@ -49,7 +51,7 @@ class TvmExecutionProvider(ExecutionProvider):
     """Compiles maximal acyclic subgraphs through TVM Relax for `llvm` (host CPU) or `cuda`."""
 
     ep_id = EpId("TvmExecutionProvider")
-    OPTIONS = ("target", "min_subgraph_size", "op_types_to_exclude", "passes", "weightless")
+    OPTIONS = ("target", "min_subgraph_size", "op_types_to_exclude", "passes", "weightless", "cache_dir", "cache_max_bytes")
 
     def __init__(
         self,
@@ -58,6 +60,8 @@ class TvmExecutionProvider(ExecutionProvider):
         op_types_to_exclude: Sequence[str] | str = (),
         passes: Sequence[tvm.transform.Pass] = (),
         weightless: bool | str = False,
+        cache_dir: str | os.PathLike | None = None,
+        cache_max_bytes: int | None = 2 * 1024**3,
     ):
         self.target = make_target(target)
         self.device = target_device(self.target)
@@ -69,8 +73,10 @@ class TvmExecutionProvider(ExecutionProvider):
         self.weightless = str(weightless).lower() in ("1", "true")
         # Set by the session from `session.disable_model_compile`: any compile is then an error.
         self.compile_disabled = False
-        # Claims are proven by building them; compile() picks the executables up from here.
-        self._built: dict[str, Any] = {}
+        self.cache = None if cache_dir is None else CompileCache(cache_dir, None if cache_max_bytes is None else as_int("cache_max_bytes", cache_max_bytes, 1))
+        # Claims are proven by building them (or by a cache hit); compile() picks the module
+        # (and its blob, when one exists) up from here.
+        self._built: dict[str, tuple[Any, bytes | None]] = {}
         self._weights: dict[str, tvm.runtime.Tensor] = {}
         self.stats: Counter[str] = Counter()
 
@@ -210,16 +216,29 @@ class TvmExecutionProvider(ExecutionProvider):
         if problems:
             return problems
         name = partition_name(graph, group, "tvm")
+        key = self._cache_key(graph, group, name) if self.cache is not None else None
+        if key is not None:
+            entry = self.cache.get(key)
+            if entry is not None:  # built and proven before; the cache verified its sha256
+                self._built[name] = (load_executable(entry.blob, name), entry.blob)
+                self.stats["cache_hits"] += 1
+                return {}
 
         def attempt(nodes: list[int]) -> object:
             self.stats["builds"] += 1
             return compile_partition(graph, nodes, name, self.target, self.passes)
 
         try:
-            self._built[name] = attempt(list(group))
-            return {}
+            executable = attempt(list(group))
         except CompileFailed:
             culprit, message = locate_failure(group, attempt)
+        else:
+            blob = None
+            if key is not None:
+                blob = export_executable(executable)
+                self.cache.put(key, blob, {"partition": name, "target": self.target.kind.name})
+            self._built[name] = (executable, blob)
+            return {}
         return {
             culprit: DeclineSignal(
                 Rejected.BUILD,
@@ -243,32 +262,44 @@ class TvmExecutionProvider(ExecutionProvider):
         )
 
     # -- compilation -----------------------------------------------------------------
-    def build(self, graph: GraphView, claim: SubgraphClaim) -> tuple[Any, tuple[str, ...]]:
-        """The executable for a claim and the weights it takes as inputs (weightless builds only)."""
+    def build(self, graph: GraphView, claim: SubgraphClaim) -> tuple[Any, tuple[str, ...], bytes | None]:
+        """The module for a claim, the weights it takes as inputs (weightless builds only), and its blob if known."""
         if self.compile_disabled:
             raise CompileDisabled(
                 f"partition {claim.name} ({len(claim.nodes)} nodes) needs compiling but model compilation is disabled; "
                 "compile the model ahead of time (nxrt-tvm compile) or drop session.disable_model_compile"
             )
         weights = weight_names(graph, claim.nodes) if self.weightless else ()
-        executable = None if weights else self._built.pop(claim.name, None)
-        if executable is None:
+        built = None if weights else self._built.pop(claim.name, None)
+        if built is None:
             self.stats["builds"] += 1
-            executable = compile_partition(graph, claim.nodes, claim.name, self.target, self.passes, weights)
+            built = (compile_partition(graph, claim.nodes, claim.name, self.target, self.passes, weights), None)
         self.stats["compiled"] += 1
-        return executable, weights
+        return built[0], weights, built[1]
 
     def compile(self, graph: GraphView, claim: SubgraphClaim) -> TvmKernel:
-        executable, weights = self.build(graph, claim)
+        module, weights, blob = self.build(graph, claim)
         kernel = TvmKernel(
-            executable,
+            module,
             self.device,
             claim.name,
             [graph.info(i) for i in claim.inputs],
             [graph.info(o) for o in claim.outputs],
             [(w, self._bound_weight(w, graph.initializers)) for w in weights],
+            blob=blob,
         )
         return kernel
+
+    def _cache_key(self, graph: GraphView, group: tuple[int, ...], name: str) -> str:
+        """Everything that shapes the compiled code: partition graph and weights, target, TVM, passes."""
+        model = partition_model(graph, group, name)
+        return cache_key(
+            model.SerializeToString(deterministic=True),
+            json.dumps(dict(self.target.export()), sort_keys=True, default=str),
+            tvm.__version__,
+            f"nxrt-tvm/{FORMAT_VERSION}",
+            ",".join(p.info.name for p in self.passes),
+        )
 
     def _bound_weight(self, name: str, initializers: Mapping[str, onnx.TensorProto]) -> tvm.runtime.Tensor:
         """One device copy of each weight, shared by every partition of this EP."""
@@ -284,9 +315,9 @@ class TvmExecutionProvider(ExecutionProvider):
 
     # -- EPContext -------------------------------------------------------------------
     def save_context(self, kernel: Kernel) -> EpContext:
-        if not isinstance(kernel, TvmKernel) or not isinstance(kernel.module, tvm.relax.VMExecutable):
-            raise UnsupportedContext(str(self.ep_id), "only kernels compiled in this session can be saved")
-        blob = export_executable(kernel.module)
+        if not isinstance(kernel, TvmKernel):
+            raise UnsupportedContext(str(self.ep_id), f"cannot save a {type(kernel).__name__}")
+        blob = kernel.blob if kernel.blob is not None else export_executable(kernel.module)
         hardware, features = hardware_of(self.target)
         return EpContext(
             source=str(self.ep_id),
@@ -304,13 +335,10 @@ class TvmExecutionProvider(ExecutionProvider):
             weights=kernel.weight_names,
         )
 
-    def check_context(self, context: EpContext) -> None:
-        """Raise `ContextRejected` unless the blob may be loaded here (before any native code is)."""
-        check_loadable(context, self.target)
-
     def load_context(
         self, context: EpContext, initializers: Mapping[str, onnx.TensorProto] | None = None
     ) -> TvmKernel:
+        """Check the blob fits this host (raising `ContextRejected` before any native code loads), then load it."""
         check_loadable(context, self.target)
         module = load_executable(context.blob, context.partition_name)
         self.stats["loaded"] += 1
@@ -321,4 +349,5 @@ class TvmExecutionProvider(ExecutionProvider):
             [s.to_info() for s in context.inputs],
             [s.to_info() for s in context.outputs],
             [(w, self._bound_weight(w, initializers or {})) for w in context.weights],
+            blob=context.blob,
         )

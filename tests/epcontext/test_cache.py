@@ -294,7 +294,7 @@ def _worker(directory: str, wid: int, barrier, done, results) -> None:
                 else:
                     seen = True
                     _check(entry, HOT)
-        print(wid, stats); results.put((wid, None, warnings, stats))
+        results.put((wid, None, warnings, stats))
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         done.set()
         results.put((wid, repr(e), warnings, {}))

@@ -1,0 +1,89 @@
+"""The TVM EP's compile cache: a second session on the plain model loads instead of building."""
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import onnx
+
+import model_zoo
+import nxrt_tvm as nx
+from conftest import assert_parity, ort_run
+
+TVM = nx.EpId("TvmExecutionProvider")
+
+
+def _session(model, cache_dir) -> nx.InferenceSession:
+    return nx.InferenceSession(model, provider_options=[{"cache_dir": str(cache_dir)}, {}])
+
+
+def _stats(sess):
+    return next(p for p in sess._providers if p.ep_id == TVM).stats
+
+
+def test_second_session_hits_the_cache(tmp_path):
+    model = model_zoo.default_model()
+    first = _session(model, tmp_path)
+    assert _stats(first)["cache_hits"] == 0 and _stats(first)["builds"] >= 2
+    second = _session(model, tmp_path)
+    assert _stats(second)["cache_hits"] == 2 and _stats(second)["builds"] == 0
+    feeds = model_zoo.make_inputs("default_model")
+    assert_parity(second.run(None, feeds), ort_run(model, feeds))
+
+
+def test_key_changes_with_weights_and_target(tmp_path):
+    _session(model_zoo.cnn(seed=0), tmp_path)
+    other_weights = _session(model_zoo.cnn(seed=1), tmp_path)
+    assert _stats(other_weights)["cache_hits"] == 0
+    other_target = nx.InferenceSession(
+        model_zoo.cnn(seed=0),
+        provider_options=[{"cache_dir": str(tmp_path), "target": {"kind": "llvm", "mcpu": "x86-64-v3"}}, {}],
+    )
+    assert _stats(other_target)["cache_hits"] == 0
+
+
+def test_corrupt_entry_is_dropped_and_rebuilt(tmp_path):
+    model = model_zoo.cnn()
+    _session(model, tmp_path)
+    (entry,) = list(tmp_path.glob("v1/*/*.entry"))
+    data = bytearray(entry.read_bytes())
+    data[-100] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    rebuilt = _session(model, tmp_path)
+    assert _stats(rebuilt)["cache_hits"] == 0 and _stats(rebuilt)["builds"] == 1
+    assert _stats(_session(model, tmp_path))["cache_hits"] == 1
+    feeds = model_zoo.make_inputs("cnn")
+    assert_parity(rebuilt.run(None, feeds), ort_run(model, feeds))
+
+
+def test_cached_partitions_save_to_epcontext(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(model_zoo.cnn(), src)
+    _session(src, tmp_path / "cache")
+    options = nx.SessionOptions()
+    options.add_session_config_entry("ep.context_enable", "1")
+    sess = nx.InferenceSession(src, options, provider_options=[{"cache_dir": str(tmp_path / "cache")}, {}])
+    assert _stats(sess)["cache_hits"] == 1
+    deployed = nx.InferenceSession(tmp_path / "m_ctx.onnx")
+    feeds = model_zoo.make_inputs("cnn")
+    assert_parity(deployed.run(None, feeds), ort_run(src, feeds))
+
+
+def _compile_into(cache_dir: str, queue) -> None:
+    sess = nx.InferenceSession(model_zoo.cnn(), provider_options=[{"cache_dir": cache_dir}, {}])
+    feeds = model_zoo.make_inputs("cnn")
+    queue.put(sess.run(None, feeds)[0].tolist())
+
+
+def test_two_processes_compile_into_one_cache(tmp_path):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_compile_into, args=(str(tmp_path), queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert results[0] == results[1]
+    assert len(list(tmp_path.glob("v1/*/*.entry"))) == 1
+    assert _stats(_session(model_zoo.cnn(), tmp_path))["cache_hits"] == 1
