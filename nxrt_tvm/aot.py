@@ -55,6 +55,7 @@ def compile_model(
     started = time.perf_counter()
     graph = load_model(model)
     tvm_ep = TvmExecutionProvider(target=target, weightless=weightless, **dict(provider_options or {}))
+    tvm_ep.show_progress = progress
     plan = make_plan(graph, [tvm_ep, CPUExecutionProvider()])
     compiled = [p for p in plan.partitions if p.ep == tvm_ep.ep_id]
     contexts = {}

@@ -27,7 +27,7 @@ from .api.tensor import TensorView
 from .epcontext.loader import ResolvedContexts, resolve_contexts
 from .epcontext.registry import build_ep_context_registry
 from .epcontext.writer import write_context_model
-from .graph.model import GraphView, ModelSource, ValueInfo, load_model, read_model
+from .graph.model import GraphView, ModelSource, ValueInfo, analyse, read_model
 from .partition.claims import make_claims
 from .partition.grouping import group_nodes
 from .partition.plan import PartitionPlan, make_plan
@@ -111,7 +111,7 @@ class InferenceSession:
         contexts = resolve_contexts(
             model, model_dir, build_ep_context_registry(self._providers), self.config.context_on_mismatch
         )
-        self._graph = load_model(model)
+        self._graph = analyse(model)
         fixed, preloaded = self._context_partitions(contexts)
         self.plan: PartitionPlan = make_plan(self._graph, self._providers, fixed)
         by_id = {p.ep_id: p for p in self._providers}

@@ -47,7 +47,7 @@ def test_attention_block_with_layernorm():
     assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["torch_encoder"])
+@pytest.mark.parametrize("name", ["torch_encoder", "tiny_bert"])
 def test_exported_models(name):
     """Models exported offline with torch / transformers (random weights), checked in under tests/data."""
     path = DATA / f"{name}.onnx"

@@ -91,6 +91,7 @@ def resolve_contexts(
             new_nodes.extend(source)
             if on_mismatch == "fallback":
                 resolved.fallback_nodes.update(n.name for n in source)
-    del model.graph.node[:]
-    model.graph.node.extend(new_nodes)
+    if resolved.refused:  # rewrite only when source came back: it copies every node, blobs included
+        del model.graph.node[:]
+        model.graph.node.extend(new_nodes)
     return resolved

@@ -6,6 +6,8 @@ graph through this one view, so names, order and types are decided once.
 from __future__ import annotations
 
 import heapq
+import math
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,7 +21,7 @@ from onnx import helper, numpy_helper
 from ..api.errors import InvalidModel
 from ..api.registry import normalize_domain
 
-__all__ = ["ValueInfo", "GraphView", "load_model", "read_model", "ModelSource", "attributes"]
+__all__ = ["ValueInfo", "GraphView", "load_model", "read_model", "analyse", "ModelSource", "attributes"]
 
 ModelSource = str | Path | bytes | onnx.ModelProto
 
@@ -220,17 +222,17 @@ def read_model(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
         raise InvalidModel(f"cannot read {source if not isinstance(source, bytes) else 'model bytes'} as ONNX: {exc}") from exc
 
 
-def _topological_order(graph: onnx.GraphProto, implicit: list[set[str]]) -> list[int]:
+def _topological_order(nodes: list[onnx.NodeProto], implicit: list[set[str]]) -> list[int]:
     """Kahn's algorithm, stable on file order; raises on cycles."""
     producer: dict[str, int] = {}
-    for i, node in enumerate(graph.node):
+    for i, node in enumerate(nodes):
         for out in node.output:
             if out:
                 if out in producer:
-                    raise InvalidModel(f"value {out!r} is produced by two nodes ({graph.node[producer[out]].name!r} and {node.name!r})")
+                    raise InvalidModel(f"value {out!r} is produced by two nodes ({nodes[producer[out]].name!r} and {node.name!r})")
                 producer[out] = i
-    deps = [{producer[n] for n in [*node.input, *implicit[i]] if n in producer} for i, node in enumerate(graph.node)]
-    users: list[list[int]] = [[] for _ in graph.node]
+    deps = [{producer[n] for n in [*node.input, *implicit[i]] if n in producer} for i, node in enumerate(nodes)]
+    users: list[list[int]] = [[] for _ in nodes]
     for i, d in enumerate(deps):
         for p in d:
             users[p].append(i)
@@ -245,8 +247,8 @@ def _topological_order(graph: onnx.GraphProto, implicit: list[set[str]]) -> list
             pending[u] -= 1
             if pending[u] == 0:
                 heapq.heappush(ready, u)
-    if len(order) != len(graph.node):
-        stuck = [graph.node[i].name or graph.node[i].op_type for i, n in enumerate(pending) if n][:5]
+    if len(order) != len(nodes):
+        stuck = [nodes[i].name or nodes[i].op_type for i, n in enumerate(pending) if n][:5]
         raise InvalidModel(f"the graph has a cycle (nodes involved include {stuck})")
     return order
 
@@ -275,31 +277,73 @@ def _normalise(model: onnx.ModelProto) -> onnx.ModelProto:
             for sub in _attr_graphs(attr):
                 free |= _subgraph_free_names(sub)
         implicit.append(free)
-    subgraph = onnx.GraphProto()
-    subgraph.node.extend(kept)
-    order = _topological_order(subgraph, implicit)
-    del graph.node[:]
-    graph.node.extend(kept[i] for i in order)
+    order = _topological_order(kept, implicit)
+    if len(kept) != len(graph.node) or order != list(range(len(kept))):  # rewrite only when needed: it copies every node
+        del graph.node[:]
+        graph.node.extend(kept[i] for i in order)
     return model
 
 
-def load_model(source: ModelSource, *, check: bool = True) -> GraphView:
-    """Read, check, normalise and shape-infer a model; raise `InvalidModel` with the reason on failure."""
-    model, _ = read_model(source)
-    model = onnx.ModelProto.FromString(model.SerializeToString()) if isinstance(source, onnx.ModelProto) else model
+#: Initializers with more elements are left out of the copy that is checked and shape-inferred:
+#: neither needs weight values (only small ones, such as Reshape targets), and both serialise
+#: the whole model, which costs more than everything else when a deployed model loads.
+_LIGHT_INITIALIZER_ELEMENTS = 1024
+
+
+def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with large initializers turned into typed graph inputs (no weight bytes copied)."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    graph = light.graph
+    graph.name = model.graph.name
+    for node in model.graph.node:
+        if node.op_type == "EPContext":  # leave the embedded blob behind
+            light_node = graph.node.add(name=node.name, op_type=node.op_type, domain=node.domain)
+            light_node.input.extend(node.input)
+            light_node.output.extend(node.output)
+            light_node.attribute.extend(a for a in node.attribute if a.name != "ep_cache_context")
+        else:
+            graph.node.append(node)
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    graph.input.extend(model.graph.input)
+    declared = {i.name for i in model.graph.input}
+    for tensor in model.graph.initializer:
+        if math.prod(tensor.dims) <= _LIGHT_INITIALIZER_ELEMENTS or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            graph.initializer.append(tensor)
+        elif tensor.name not in declared:
+            graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    return light
+
+
+def analyse(model: onnx.ModelProto, *, check: bool = True) -> GraphView:
+    """Check, normalise and shape-infer `model` (edited in place) into a `GraphView`."""
     if check:
         try:
-            onnx.checker.check_model(model)
+            onnx.checker.check_model(_light_copy(model))
         except (onnx.checker.ValidationError, ValueError) as exc:
             raise InvalidModel(f"model fails onnx.checker: {exc}") from exc
     _normalise(model)
     try:
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(_light_copy(model), data_prop=True)
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(inferred.graph.value_info)
     except Exception as exc:  # inference errors are diagnostics, not fatal: ORT may still run it
-        import logging
-
         logging.getLogger(__name__).warning("ONNX shape inference failed (%s); types stay as declared", exc)
     return GraphView(model)
+
+
+def load_model(source: ModelSource, *, check: bool = True) -> GraphView:
+    """Read, check, normalise and shape-infer a model; raise `InvalidModel` with the reason on failure.
+
+    A `ModelProto` argument is copied, never edited.
+    """
+    model, _ = read_model(source)
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+    return analyse(model, check=check)
 
 
 def attributes(node: onnx.NodeProto) -> dict[str, Any]:

@@ -29,9 +29,15 @@ def export_executable(executable: relax.VMExecutable) -> bytes:
         return path.read_bytes()
 
 
+def _scratch_dir() -> str | None:
+    """A memory-backed folder (tmpfs) for the file dlopen needs; writing a large blob to disk costs more than loading it."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
 def load_executable(blob: bytes, name: str) -> tvm.runtime.Module:
     """Load a blob made by `export_executable`; the temp file is unlinked once it is mapped."""
-    fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so")
+    fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so", dir=_scratch_dir())
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(blob)

@@ -16,8 +16,11 @@ __all__ = ["NodeContext"]
 
 @dataclass(frozen=True)
 class NodeContext:
+    """One node under a capability check; `target_features` are the ISA features the code will use."""
+
     graph: GraphView
     index: int
+    target_features: frozenset[str] = frozenset()
 
     @property
     def node(self) -> onnx.NodeProto:

@@ -30,7 +30,7 @@ from ..api.claim import Rejected, require
 from ..api.registry import OpKey, OpRegistry
 from .node_context import NodeContext
 
-__all__ = ["TVM_OP_RULES", "OpRule", "rule"]
+__all__ = ["TVM_OP_RULES", "OpRule", "rule", "IMPORT_TIME_INPUTS"]
 
 OpRule = Callable[[NodeContext], None]
 
@@ -44,6 +44,20 @@ SHAPE_VALUE_OPS = frozenset(
     {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand", "Concat",
      "Equal", "Where", "Cast", "CastLike", "Squeeze"}
 )
+
+
+#: Inputs the frontend must know at import time: a constant, or a value computed from tensor
+#: shapes *inside the same partition*. Fed from another partition at run time, Reshape fails
+#: to import and Expand/ConstantOfShape/Range/Tile build with wrong or unknown output shapes.
+#: Per-node rules accept shape-derived values; the partition check (`providers/tvm.py`) enforces
+#: that they do not cross a partition boundary.
+IMPORT_TIME_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "ConstantOfShape": (0,),
+    "Range": (0, 1, 2),
+    "Tile": (1,),
+}
 
 
 def rule(op_type: str, since: int = 1, domain: str = "") -> Callable[[OpRule], OpRule]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..api.claim import Rejected, deny, require
 from .node_context import NodeContext
-from .tvm_rules import FALLBACK, require_attr, require_const, require_outputs, rule
+from .tvm_rules import FALLBACK, is_shape_derived, require_attr, require_const, require_outputs, rule
 
 _FLOATS = ("float16", "float", "double")
 
@@ -33,10 +33,42 @@ def require_static_broadcast(ctx: NodeContext, skip_axis: int | None = None) -> 
         )
 
 
-for _op in ("Add", "Sub", "Mul", "Div", "Mod", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual",
+for _op in ("Add", "Sub", "Mul", "Div", "Mod", "And", "Or", "Xor", "Less", "LessOrEqual",
             "Greater", "GreaterOrEqual", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Max",
-            "Min", "Mean", "Sum", "Where", "PRelu"):
+            "Min", "Mean", "Sum", "PRelu"):
     rule(_op)(require_static_broadcast)
+
+
+# Without: Equal on shape values is folded by the frontend at import; with symbolic dims the
+# comparison comes out wrong (a transformers BERT export: [False, False] for [False, True]).
+@rule("Equal")
+def _equal(ctx: NodeContext) -> None:
+    computed = [i for i in (0, 1) if not ctx.is_const(i) and is_shape_derived(ctx, i)]
+    require(
+        not computed,
+        Rejected.INPUT,
+        f"input {computed[0] if computed else ''} is computed from tensor shapes, which the frontend compares at import "
+        "time (wrongly for symbolic dims)",
+        accepts="tensor data, or constants",
+        remediation=f"{FALLBACK}; fix the symbolic dims (SessionOptions.add_free_dimension_override_by_name) or fold them (onnxsim)",
+    )
+    require_static_broadcast(ctx)
+
+
+# Without: Where choosing between two shape-derived tensors is folded by the frontend at
+# import, and with a condition computed at run time it picks the wrong branch (found on a
+# transformers BERT export: the mask's Expand shape became [3, -1, 12, 12] instead of [3, 1, 12, 12]).
+@rule("Where")
+def _where(ctx: NodeContext) -> None:
+    require(
+        ctx.is_const(0) or not (is_shape_derived(ctx, 1) and is_shape_derived(ctx, 2)),
+        Rejected.INPUT,
+        f"condition {ctx.node.input[0]!r} is computed at run time and both branches are shape values, "
+        "which the frontend folds at import (selecting the wrong branch)",
+        accepts="a constant condition, or branches that are tensor data",
+        remediation=f"{FALLBACK}; fold the shape computation to constants (onnxsim, or free-dimension overrides)",
+    )
+    require_static_broadcast(ctx)
 
 
 # Without: a symbolic dim against a different constant in a non-concat axis fails to build.

@@ -248,3 +248,17 @@ def _upsample(ctx: NodeContext) -> None:
 def _range(ctx: NodeContext) -> None:
     for i, what in ((0, "start"), (1, "limit"), (2, "delta")):
         _require_shape_operand(ctx, i, what)
+
+
+# Without: LLVM's AVX-512 code generation (TVM 0.27, mcpu skylake-avx512 .. znver5) computes
+# wrong values, even NaN from reads outside the input, for Tile at some shapes, e.g.
+# (2,3,4,5) x [1,6,4,2]; the same TIR is right without AVX-512 (x86-64-v3).
+@rule("Tile")
+def _tile(ctx: NodeContext) -> None:
+    require(
+        "avx512f" not in ctx.target_features,
+        Rejected.OP,
+        "Tile is miscompiled by TVM 0.27's LLVM AVX-512 code generation (wrong values at some shapes)",
+        accepts="Tile on targets without AVX-512",
+        remediation=f"{FALLBACK}; or target a CPU without AVX-512 (target={{'kind': 'llvm', 'mcpu': 'x86-64-v3'}})",
+    )

@@ -10,6 +10,7 @@ from typing import Any
 import onnx
 import tvm
 from onnx import numpy_helper
+from tqdm import tqdm
 from tvm.relax.frontend.onnx import onnx_frontend
 
 from ..api.claim import ClaimResult, Decline, DeclineSignal, Rejected, SubgraphClaim, deny, require
@@ -29,14 +30,17 @@ from ..lower.target import make_target, target_device, tvm_device
 from ..partition.claims import make_claims, partition_name
 from ..partition.grouping import group_nodes
 from ..partition.node_context import NodeContext
-from ..partition.tvm_rules import TVM_OP_RULES
+from ..partition.tvm_rules import IMPORT_TIME_INPUTS, TVM_OP_RULES
 from .options import as_int, as_str_list, reject_unknown
 
 __all__ = ["TvmExecutionProvider", "SUPPORTED_ELEM_TYPES"]
 
 T = onnx.TensorProto
 #: Element types TVM imports, computes and returns through DLPack.
-SUPPORTED_ELEM_TYPES = frozenset({T.FLOAT, T.FLOAT16, T.DOUBLE, T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.BOOL})
+SUPPORTED_ELEM_TYPES = frozenset({
+    T.FLOAT, T.FLOAT16, T.BFLOAT16, T.DOUBLE,
+    T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.UINT32, T.UINT64, T.BOOL,
+})
 _SUPPORTED_NAMES = ", ".join(sorted(T.DataType.Name(t).lower() for t in SUPPORTED_ELEM_TYPES))
 
 _CONVERTERS = onnx_frontend._get_convert_map()
@@ -65,6 +69,7 @@ class TvmExecutionProvider(ExecutionProvider):
     ):
         self.target = make_target(target)
         self.device = target_device(self.target)
+        self.target_features = frozenset(hardware_of(self.target)[1])
         self.min_subgraph_size = as_int("min_subgraph_size", min_subgraph_size, minimum=1)
         self.op_types_to_exclude = frozenset(as_str_list("op_types_to_exclude", op_types_to_exclude))
         if any(not isinstance(p, tvm.transform.Pass) for p in passes):
@@ -79,6 +84,8 @@ class TvmExecutionProvider(ExecutionProvider):
         self._built: dict[str, tuple[Any, bytes | None]] = {}
         self._weights: dict[str, tvm.runtime.Tensor] = {}
         self.stats: Counter[str] = Counter()
+        #: progress bar while partitions compile: None shows it on a terminal only
+        self.show_progress: bool | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "TvmExecutionProvider":
@@ -150,7 +157,7 @@ class TvmExecutionProvider(ExecutionProvider):
         for i in range(len(graph.nodes)):
             if i in skip:
                 continue
-            ctx = NodeContext(graph, i)
+            ctx = NodeContext(graph, i, self.target_features)
             try:
                 self.check_node(ctx)
                 accepted.add(i)
@@ -169,7 +176,10 @@ class TvmExecutionProvider(ExecutionProvider):
         while True:
             groups = group_nodes(graph, accepted, taken)
             rejected: dict[int, DeclineSignal] = {}
-            for group in groups:
+            pending = [g for g in groups if g not in verified]
+            bar = tqdm(pending, desc="compiling partitions", unit="partition", leave=False,
+                       disable=True if len(pending) < 2 else (None if self.show_progress is None else not self.show_progress))
+            for group in bar:
                 if group not in verified:
                     problems = self._verify(graph, group)
                     rejected.update(problems)
@@ -212,6 +222,18 @@ class TvmExecutionProvider(ExecutionProvider):
                         f"input {name!r} comes from outside the partition with unknown {what}",
                         "partition inputs whose type and rank ONNX shape inference determines",
                         "declare the model's input shapes, or run onnx.shape_inference / onnxsim on the model",
+                    )
+        for i in group:
+            node = graph.nodes[i]
+            for k in IMPORT_TIME_INPUTS.get(node.op_type, ()):
+                if k < len(node.input) and node.input[k] in inputs:
+                    problems[i] = DeclineSignal(
+                        Rejected.INPUT,
+                        f"input {k} ({node.input[k]!r}) comes from another partition at run time, "
+                        "but TVM must know it when compiling",
+                        "a constant, or a value computed from tensor shapes in the same partition",
+                        "runs on the fallback EP; fold it to a constant (onnxsim) or fix symbolic dims "
+                        "(SessionOptions.add_free_dimension_override_by_name)",
                     )
         if problems:
             return problems

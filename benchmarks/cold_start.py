@@ -1,0 +1,114 @@
+"""Time to a ready session: compile from ONNX vs load from EPContext vs compile-cache hit vs onnxruntime.
+
+    python benchmarks/cold_start.py [--models default resnet bert] [--loads 5] [--json OUT]
+
+For each model: a session compiling from the plain ONNX model; compile_model
+to an EPContext model, embedded and external, then sessions that load it with
+compiling disabled; a session on the plain model hitting a warm compile cache;
+onnxruntime's own session creation. Load times are medians of --loads runs.
+Also artifact sizes with and without weights (weightless blobs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+
+import models  # noqa: E402  (benchmarks/models.py)
+import nxrt_tvm as nx  # noqa: E402
+from nxrt_tvm.data import default_model_path  # noqa: E402
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def _median(fn, n: int) -> float:
+    return statistics.median(_timed(fn) for _ in range(n))
+
+
+def _deploy() -> nx.SessionOptions:
+    options = nx.SessionOptions()
+    options.add_session_config_entry("session.disable_model_compile", "1")
+    return options
+
+
+def _size(files) -> int:
+    return sum(Path(f).stat().st_size for f in files)
+
+
+def measure(name: str, src: Path, work: Path, loads: int) -> dict:
+    compile_s = _timed(lambda: nx.InferenceSession(src))
+    embedded = nx.compile_model(src, work / f"{name}_emb.onnx", progress=False)
+    external = nx.compile_model(src, work / f"{name}_ext.onnx", embed=False, progress=False)
+    lean = nx.compile_model(src, work / f"{name}_lean.onnx", embed=False, weightless=True, progress=False)
+    emb_s = _median(lambda: nx.InferenceSession(embedded.output, _deploy()), loads)
+    ext_s = _median(lambda: nx.InferenceSession(external.output, _deploy()), loads)
+    lean_s = _median(lambda: nx.InferenceSession(lean.output, _deploy()), loads)
+    cache = {"cache_dir": str(work / f"{name}_cache")}
+    nx.InferenceSession(src, provider_options=[cache, {}])  # fill the cache
+    hit_s = _median(lambda: nx.InferenceSession(src, provider_options=[cache, {}]), loads)
+    ort_s = _median(lambda: ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]), loads)
+    blobs = lambda r: _size(f for f in r.files if f.suffix == ".so")  # noqa: E731
+    return {
+        "model": name,
+        "onnx_bytes": src.stat().st_size,
+        "partitions": embedded.compiled_partitions,
+        "compile_s": compile_s,
+        "load_embedded_s": emb_s,
+        "load_external_s": ext_s,
+        "load_weightless_s": lean_s,
+        "cache_hit_s": hit_s,
+        "ort_create_s": ort_s,
+        "speedup_embedded": compile_s / emb_s,
+        "speedup_external": compile_s / ext_s,
+        "embedded_model_bytes": _size(embedded.files),
+        "external_blob_bytes": blobs(external),
+        "weightless_blob_bytes": blobs(lean),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["default", "resnet", "bert"])
+    parser.add_argument("--loads", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="nxrt-cold-") as tmp:
+        work = Path(tmp)
+        for name in args.models:
+            if name == "default":
+                src = default_model_path()
+            else:
+                src = work / f"{name}.onnx"
+                onnx.save(models.MODELS[name](), src)
+            rows.append(measure(name, src, work, args.loads))
+            print(f"{name}: done", file=sys.stderr)
+    mb = lambda b: f"{b / 2**20:.1f}"  # noqa: E731
+    print("| model | partitions | compile (s) | EPContext embedded (ms) | external (ms) | weightless (ms) | cache hit (ms) | onnxruntime create (ms) | compile / embedded load | model+blobs MiB (embedded / external blobs / weightless blobs) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['model']} | {r['partitions']} | {r['compile_s']:.2f} | {r['load_embedded_s'] * 1e3:.1f} | {r['load_external_s'] * 1e3:.1f} "
+            f"| {r['load_weightless_s'] * 1e3:.1f} | {r['cache_hit_s'] * 1e3:.1f} | {r['ort_create_s'] * 1e3:.1f} | {r['speedup_embedded']:.0f}x "
+            f"| {mb(r['embedded_model_bytes'])} / {mb(r['external_blob_bytes'])} / {mb(r['weightless_blob_bytes'])} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
