@@ -1,0 +1,56 @@
+"""TVM EP provider options: min_subgraph_size, op_types_to_exclude, user passes, bad options."""
+from __future__ import annotations
+
+import pytest
+import tvm
+
+import model_zoo
+import nxrt_tvm as nx
+from conftest import assert_parity, ort_run
+
+TVM = nx.EpId("TvmExecutionProvider")
+
+
+def test_min_subgraph_size_declines_small_partitions():
+    model = model_zoo.cycle_trap()  # TVM partitions of 1 node (Relu) and 2 nodes (Add, Sigmoid)
+    sess = nx.InferenceSession(model, provider_options=[{"min_subgraph_size": 2}, {}])
+    tvm_parts = [p for p in sess.plan.partitions if p.ep == TVM]
+    assert tvm_parts and all(len(p) >= 2 for p in tvm_parts)
+    small = [d for d in sess.plan.declines if d.rejected is nx.Rejected.PARTITION]
+    assert small and "min_subgraph_size=2" in small[0].detail and small[0].remediation
+    feeds = model_zoo.make_inputs("cycle_trap")
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("exclude", [["MaxPool"], "MaxPool,Gemm"])
+def test_op_types_to_exclude(exclude):
+    model = model_zoo.cnn()
+    sess = nx.InferenceSession(model, provider_options=[{"op_types_to_exclude": exclude}, {}])
+    declined = {d.op_type for d in sess.plan.declines if d.rejected is nx.Rejected.OPTION}
+    assert "MaxPool" in declined
+    assert all(sess.graph.nodes[i].op_type not in declined for p in sess.plan.partitions if p.ep == TVM for i in p.nodes)
+    feeds = model_zoo.make_inputs("cnn")
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def test_user_passes_run_during_lowering():
+    seen = []
+
+    @tvm.transform.module_pass(opt_level=0, name="count_functions")
+    def count(mod, _ctx):
+        seen.append(len(mod.functions))
+        return mod
+
+    sess = nx.InferenceSession(model_zoo.mlp(), provider_options=[{"passes": [count]}, {}])
+    assert seen and len(seen) == sum(p.ep == TVM for p in sess.plan.partitions)
+
+
+def test_bad_options_are_typed_errors():
+    with pytest.raises(nx.InvalidProviderOptions, match="does not know option"):
+        nx.InferenceSession(model_zoo.mlp(), provider_options=[{"targte": "llvm"}, {}])
+    with pytest.raises(nx.InvalidProviderOptions, match="min_subgraph_size.*>= 1"):
+        nx.InferenceSession(model_zoo.mlp(), provider_options=[{"min_subgraph_size": 0}, {}])
+    with pytest.raises(nx.InvalidProviderOptions, match="one dict per provider"):
+        nx.InferenceSession(model_zoo.mlp(), provider_options=[{}])
+    with pytest.raises(nx.InvalidProviderOptions, match="tvm.transform.Pass"):
+        nx.InferenceSession(model_zoo.mlp(), provider_options=[{"passes": ["FoldConstant"]}, {}])
