@@ -12,6 +12,7 @@ from .epcontext.registry import EpContextRegistry, build_ep_context_registry  # 
 from .partition.plan import PartitionPlan  # noqa: E402
 from .session import InferenceSession, NodeArg  # noqa: E402
 from .session_options import SessionOptions  # noqa: E402
+from .tuning.tune import TuneReport, tune_model  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "NodeArg",
     "PartitionPlan",
     "compile_model",
+    "tune_model",
+    "TuneReport",
     "CompileReport",
     "EpContext",
     "EpContextRegistry",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -12,32 +13,68 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from .api.errors import EpError
+from .api.errors import EpError, InvalidProviderOptions
 from .data import default_model_path
 from .epcontext.codec import is_ep_context
 from .epcontext.loader import restore_sources
 from .graph.model import GraphView, load_model
 from .partition.plan import make_plan
+from .ort.cli import add_cli as _add_ort_plugin_cli
 from .session import InferenceSession
+from .session_options import SessionOptions
 
 __all__ = ["main"]
 
 
-def _provider_args(args: argparse.Namespace) -> tuple[list[str], list[dict]]:
-    tvm_options: dict = {"target": args.target}
+def _tvm_options(args: argparse.Namespace) -> dict:
+    options: dict = {"target": args.target}
     if args.min_subgraph_size is not None:
-        tvm_options["min_subgraph_size"] = args.min_subgraph_size
+        options["min_subgraph_size"] = args.min_subgraph_size
     if args.exclude:
-        tvm_options["op_types_to_exclude"] = args.exclude
-    return ["TvmExecutionProvider", "CPUExecutionProvider"], [tvm_options, {}]
+        options["op_types_to_exclude"] = args.exclude
+    if getattr(args, "tuning_logs", None) is not None:
+        options["tuning_logs"] = str(args.tuning_logs)
+    return options
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _provider_args(args: argparse.Namespace) -> tuple[list[str], list[dict]]:
+    return ["TvmExecutionProvider", "CPUExecutionProvider"], [_tvm_options(args), {}]
+
+
+def _dims(args: argparse.Namespace) -> dict[str, int]:
+    dims = {}
+    for item in args.dim:
+        name, sep, size = item.partition("=")
+        if not sep or not size.isdigit():
+            raise InvalidProviderOptions(f"--dim takes NAME=SIZE, got {item!r}")
+        dims[name] = int(size)
+    return dims
+
+
+def _session_options(args: argparse.Namespace) -> SessionOptions:
+    options = SessionOptions()
+    for name, size in _dims(args).items():
+        options.add_free_dimension_override_by_name(name, size)
+    return options
+
+
+def _add_model_args(p: argparse.ArgumentParser, tuning: bool = True) -> None:
     p.add_argument("model", nargs="?", type=Path, help="ONNX model (default: the bundled demo model)")
     p.add_argument("--target", default="llvm", help="'llvm' (host CPU), 'cuda', or a JSON target dict")
     p.add_argument("--min-subgraph-size", type=int, help="smallest partition the TVM EP compiles")
     p.add_argument("--exclude", help="comma-separated op types the TVM EP must not claim")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                   help="fix a symbolic input dim (static shapes let TVM claim and tune more)")
+    if tuning:
+        p.add_argument("--tuning-logs", type=Path, help="folder of per-device tuning databases to apply (e.g. tuning_logs)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _tvm_variants(providers) -> dict[str, list]:
+    for ep in providers:
+        if getattr(ep, "variants", None) is not None:
+            return ep.variants
+    return {}
 
 
 def _model(args: argparse.Namespace) -> Path:
@@ -47,10 +84,11 @@ def _model(args: argparse.Namespace) -> Path:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .session import _make_providers
 
-    graph = load_model(_model(args))
-    providers, options = _provider_args(args)
-    plan = make_plan(graph, _make_providers(providers, options))
-    print(json.dumps(plan.to_json(graph), indent=2) if args.json else plan.format(graph))
+    graph = load_model(_model(args), free_dims=_dims(args))
+    providers = _make_providers(*_provider_args(args))
+    plan = make_plan(graph, providers)
+    variants = _tvm_variants(providers)
+    print(json.dumps(plan.to_json(graph, variants), indent=2) if args.json else plan.format(graph, variants))
     return 0
 
 
@@ -80,35 +118,43 @@ def _time(fn, repeat: int) -> float:
     return statistics.median(samples)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _kernel_variants(sess: InferenceSession) -> dict[str, list]:
+    return {p.name: k.variants() for p, k in zip(sess.plan.partitions, sess._kernels) if k.variants()}
+
+
+def _reference(model: Path):
+    """onnxruntime on the same model (its source, for EPContext models) with TVM's thread count."""
     import onnxruntime as ort
 
+    threads = int(os.environ["TVM_NUM_THREADS"])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.log_severity_level = 3
+    proto = onnx.load(str(model))
+    if any(is_ep_context(n) for n in proto.graph.node):  # compare with the source the blobs came from
+        proto = restore_sources(proto)
+    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]), threads
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     model = _model(args)
     providers, options = _provider_args(args)
-    sess = InferenceSession(model, providers=providers, provider_options=options)
-    dims = dict(kv.split("=", 1) for kv in args.dim)
+    sess = InferenceSession(model, _session_options(args), providers=providers, provider_options=options)
     if args.inputs:
         with np.load(args.inputs) as data:
             feeds = {k: data[k] for k in data.files}
     else:
-        feeds = random_feeds(sess.graph, {k: int(v) for k, v in dims.items()}, args.seed)
+        feeds = random_feeds(sess.graph, _dims(args), args.seed)
     outputs = sess.run(None, feeds)
     report: dict = {
         "model": str(model),
-        "plan": sess.plan.to_json(sess.graph),
+        "plan": sess.plan.to_json(sess.graph, _kernel_variants(sess)),
         "session_load_s": round(sess.load_seconds, 4),
         "outputs": {o.name: list(v.shape) for o, v in zip(sess.get_outputs(), outputs)},
     }
     ok = True
     if args.check:
-        threads = int(__import__("os").environ["TVM_NUM_THREADS"])
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.log_severity_level = 3
-        proto = onnx.load(str(model))
-        if any(is_ep_context(n) for n in proto.graph.node):  # compare with the source the blobs came from
-            proto = restore_sources(proto)
-        ref = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ref, threads = _reference(model)
         expected = ref.run(None, feeds)
         diffs = {}
         for o, got, want in zip(sess.get_outputs(), outputs, expected):
@@ -130,7 +176,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(f"model: {model}")
-        print(sess.plan.format(sess.graph))
+        print(sess.plan.format(sess.graph, _kernel_variants(sess)))
         print(f"session ready in {sess.load_seconds:.3f} s (partition + compile)")
         for name, shape in report["outputs"].items():
             print(f"output {name}: shape {shape}")
@@ -148,11 +194,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_compile(args: argparse.Namespace) -> int:
     from .aot import compile_model
 
-    options = {}
-    if args.min_subgraph_size is not None:
-        options["min_subgraph_size"] = args.min_subgraph_size
-    if args.exclude:
-        options["op_types_to_exclude"] = args.exclude
+    options = _tvm_options(args)
+    options.pop("target")
     report = compile_model(
         _model(args),
         args.output,
@@ -180,6 +223,60 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .tuning.tune import tune_model
+
+    report = tune_model(
+        _model(args), target=args.target, trials=args.trials, time_budget=args.time_budget, log_dir=args.log_dir,
+        rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, free_dims=_dims(args), progress=None if not args.json else False,
+    )
+    rows = [
+        {"task": t.name, "weight": t.weight, "gflop": round(t.flops / 1e9, 4), "trials": t.trials,
+         "total_trials": t.total_trials, "best_us": None if t.best_us is None else round(t.best_us, 2), "resumed": t.skipped}
+        for t in report.tasks
+    ]
+    if args.json:
+        print(json.dumps({"device_key": report.device_key, "directory": str(report.directory), "trials": report.trials,
+                          "seconds": round(report.seconds, 1), "tasks": rows}, indent=2))
+    else:
+        print(f"device key {report.device_key}: {len(rows)} tasks, {report.trials} trials in {report.seconds:.0f} s -> {report.directory}")
+        for r in rows:
+            best = "-" if r["best_us"] is None else f"{r['best_us']:.1f} us"
+            note = " (done before)" if r["resumed"] else ""
+            print(f"  {r['task']:<60} x{r['weight']:<3} trials {r['total_trials']:>4}  best {best}{note}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    model = _model(args)
+    providers, options = _provider_args(args)
+    sess = InferenceSession(model, _session_options(args), providers=providers, provider_options=options)
+    feeds = random_feeds(sess.graph, _dims(args), args.seed)
+    ref, threads = _reference(model)
+    nx_s = _time(lambda: sess.run(None, feeds), args.repeat)
+    ort_s = _time(lambda: ref.run(None, feeds), args.repeat)
+    variants = _kernel_variants(sess)
+    counts: dict[str, int] = {}
+    for vs in variants.values():
+        for v in vs:
+            counts[v.variant] = counts.get(v.variant, 0) + 1
+    report = {
+        "model": str(model), "threads": threads, "repeat": args.repeat,
+        "nxrt_tvm_ms": round(nx_s * 1e3, 4), "onnxruntime_ms": round(ort_s * 1e3, 4), "ratio": round(nx_s / ort_s, 3),
+        "kernels": counts, "variants": {p: [v.__dict__ for v in vs] for p, vs in variants.items()},
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"{model}: nxrt-tvm {report['nxrt_tvm_ms']:.3f} ms, onnxruntime {report['onnxruntime_ms']:.3f} ms, "
+              f"ratio {report['ratio']:.2f}x ({threads} threads, median of {args.repeat})")
+        print("kernels: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+        for part, vs in variants.items():
+            for v in vs:
+                print(f"  {part} {v.name:<50} {v.variant:<24} {v.reason}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nxrt-tvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -189,7 +286,6 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="compile and run a model on given or random inputs")
     _add_model_args(run)
     run.add_argument("--inputs", type=Path, help=".npz file of inputs, keyed by input name")
-    run.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="size of a symbolic dim for random inputs")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--check", action="store_true", help="compare with onnxruntime and time both")
     run.add_argument("--rtol", type=float, default=1e-3)
@@ -205,6 +301,20 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--weightless", action="store_true", help="code-only blobs; weights bound from the model at load")
     comp.add_argument("--no-source", action="store_true", help="drop the source subgraphs kept for hosts that cannot load a blob")
     comp.set_defaults(func=_cmd_compile)
+    tune = sub.add_parser("tune", help="autotune the TVM partitions for a device (MetaSchedule + XGBoost), resumable")
+    _add_model_args(tune, tuning=False)
+    tune.add_argument("--trials", type=int, default=256, help="measurement trials in all (spent where the weighted cost is)")
+    tune.add_argument("--time-budget", type=float, help="seconds; stop starting new tasks after this")
+    tune.add_argument("--log-dir", type=Path, default=Path("tuning_logs"), help="databases go to LOG_DIR/<device key>/")
+    tune.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the device behind this TVM RPC tracker")
+    tune.add_argument("--rpc-key", help="the device key its RPC server registered with the tracker")
+    tune.set_defaults(func=_cmd_tune)
+    bench = sub.add_parser("bench", help="time the session against onnxruntime with the same thread count")
+    _add_model_args(bench)
+    bench.add_argument("--repeat", type=int, default=50)
+    bench.add_argument("--seed", type=int, default=0)
+    bench.set_defaults(func=_cmd_bench)
+    _add_ort_plugin_cli(sub)
     return parser
 
 

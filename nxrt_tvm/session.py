@@ -27,7 +27,7 @@ from .api.tensor import TensorView
 from .epcontext.loader import ResolvedContexts, resolve_contexts
 from .epcontext.registry import build_ep_context_registry
 from .epcontext.writer import write_context_model
-from .graph.model import GraphView, ModelSource, ValueInfo, analyse, read_model
+from .graph.model import GraphView, ModelSource, ValueInfo, analyse, override_free_dims, read_model
 from .partition.claims import make_claims
 from .partition.grouping import group_nodes
 from .partition.plan import PartitionPlan, make_plan
@@ -53,17 +53,6 @@ class NodeArg:
 def _node_arg(info: ValueInfo) -> NodeArg:
     type_name = "tensor(unknown)" if info.elem_type is None else f"tensor({onnx.helper.tensor_dtype_to_string(info.elem_type).split('.')[-1].lower()})"
     return NodeArg(info.name, list(info.shape) if info.shape is not None else [], type_name)
-
-
-def _override_free_dims(model: onnx.ModelProto, overrides: dict[str, int]) -> None:
-    """Replace symbolic input dims by the sizes the user fixed (onnxruntime's free-dimension overrides)."""
-    if not overrides:
-        return
-    for value in model.graph.input:
-        for dim in value.type.tensor_type.shape.dim:
-            if dim.HasField("dim_param") and dim.dim_param in overrides:
-                dim.dim_value = overrides[dim.dim_param]
-    del model.graph.value_info[:]  # re-inferred from the now static inputs
 
 
 def _make_providers(providers: Sequence[Any] | None, options: Sequence[dict] | None) -> list[ExecutionProvider]:
@@ -103,7 +92,7 @@ class InferenceSession:
         model, model_dir = read_model(path_or_bytes)
         if isinstance(path_or_bytes, onnx.ModelProto):
             model = onnx.ModelProto.FromString(model.SerializeToString())  # never edit the caller's proto
-        _override_free_dims(model, dict(self.config.free_dimension_overrides))
+        override_free_dims(model, dict(self.config.free_dimension_overrides))
         self._providers = _make_providers(providers, provider_options)
         for ep in self._providers:
             if hasattr(ep, "compile_disabled"):

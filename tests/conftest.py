@@ -1,29 +1,14 @@
-"""Shared fixtures: models from the zoo, and onnxruntime as the reference."""
+"""Test set-up: the test folder is importable (model_zoo, parity), shared fixtures."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # model_zoo lives beside the tests
+sys.path.insert(0, str(Path(__file__).parent))  # model_zoo and parity live beside the tests
 
-DATA = Path(__file__).parent / "data"
-
-
-def ort_run(model: onnx.ModelProto | str | Path, feeds: dict) -> list[np.ndarray]:
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, feeds)
-
-
-def assert_parity(got: list[np.ndarray], want: list[np.ndarray], rtol: float = 1e-4, atol: float = 1e-5) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+from parity import DATA, assert_parity, ort_run  # noqa: E402,F401  (re-exported: older tests import them from here)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import pytest
 
 import model_zoo
 import nxrt_tvm as nx
-from conftest import DATA, assert_parity, ort_run
+from parity import DATA, assert_parity, ort_run
 
 TVM = nx.EpId("TvmExecutionProvider")
 CPU = nx.EpId("CPUExecutionProvider")

@@ -21,7 +21,16 @@ from onnx import helper, numpy_helper
 from ..api.errors import InvalidModel
 from ..api.registry import normalize_domain
 
-__all__ = ["ValueInfo", "GraphView", "load_model", "read_model", "analyse", "ModelSource", "attributes"]
+__all__ = [
+    "ValueInfo",
+    "GraphView",
+    "load_model",
+    "read_model",
+    "analyse",
+    "override_free_dims",
+    "ModelSource",
+    "attributes",
+]
 
 ModelSource = str | Path | bytes | onnx.ModelProto
 
@@ -335,15 +344,27 @@ def analyse(model: onnx.ModelProto, *, check: bool = True) -> GraphView:
     return GraphView(model)
 
 
-def load_model(source: ModelSource, *, check: bool = True) -> GraphView:
+def load_model(source: ModelSource, *, check: bool = True, free_dims: dict[str, int] | None = None) -> GraphView:
     """Read, check, normalise and shape-infer a model; raise `InvalidModel` with the reason on failure.
 
-    A `ModelProto` argument is copied, never edited.
+    A `ModelProto` argument is copied, never edited. `free_dims` fixes symbolic input dims by name.
     """
     model, _ = read_model(source)
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto.FromString(model.SerializeToString())
+    override_free_dims(model, dict(free_dims or {}))
     return analyse(model, check=check)
+
+
+def override_free_dims(model: onnx.ModelProto, overrides: dict[str, int]) -> None:
+    """Replace symbolic input dims by the sizes the user fixed (onnxruntime's free-dimension overrides)."""
+    if not overrides:
+        return
+    for value in model.graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in overrides:
+                dim.dim_value = overrides[dim.dim_param]
+    del model.graph.value_info[:]  # re-inferred from the now static inputs
 
 
 def attributes(node: onnx.NodeProto) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from tvm.relax.frontend.onnx import from_onnx
 from ..api.errors import CompileFailed
 from ..graph.extract import extract_model
 from ..graph.model import GraphView, ValueInfo
-from .pipeline import lowering_pipeline
+from ..api.kernel import KernelVariant
+from .pipeline import Lowering, lowering_pipeline
 
 __all__ = [
     "partition_model",
@@ -140,11 +141,14 @@ def locate_failure(nodes: Sequence[int], attempt: Callable[[list[int]], object])
 
 
 def build_executable(
-    mod: tvm.IRModule, target: tvm.target.Target, user_passes: Sequence[tvm.transform.Pass] = ()
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    lowering: Lowering = Lowering(),
+    variants: list[KernelVariant] | None = None,
 ) -> relax.VMExecutable:
-    """Run the lowering pipeline and build for `target`."""
+    """Run the lowering pipeline and build for `target` (`variants` collects each kernel's implementation)."""
     try:
-        return tvm.compile(mod, target, relax_pipeline=lowering_pipeline(target, user_passes))
+        return tvm.compile(mod, target, relax_pipeline=lowering_pipeline(target, lowering, variants))
     except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CompileFailed(f"TVM could not build for {target.kind.name}: {message}") from exc
@@ -155,14 +159,15 @@ def compile_partition(
     nodes: Sequence[int],
     name: str,
     target: tvm.target.Target,
-    user_passes: Sequence[tvm.transform.Pass] = (),
+    lowering: Lowering = Lowering(),
     weights: Sequence[str] = (),
+    variants: list[KernelVariant] | None = None,
 ) -> relax.VMExecutable:
     """Extract, import and build one node set (`weights` as trailing inputs, see `partition_model`)."""
     with native_log_to_logging():
         try:
             model = partition_model(graph, nodes, name, weights)
-            return build_executable(import_onnx(model), target, user_passes)
+            return build_executable(import_onnx(model), target, lowering, variants)
         except CompileFailed as exc:
             message = str(exc)  # keep the text only: the traceback pins TVM objects that log when freed
         gc.collect()  # free them here, while their destructors' warnings are still captured

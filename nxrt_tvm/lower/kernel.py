@@ -10,7 +10,7 @@ from tvm import relax
 
 from ..api.device import DeviceId, DeviceType
 from ..api.errors import EpLoadFailed, InvalidTensorView, KernelFailed
-from ..api.kernel import Kernel
+from ..api.kernel import Kernel, KernelVariant
 from ..api.tensor import ALIGNMENT, TensorView, aligned_empty
 from ..graph.model import ValueInfo
 from .target import tvm_device
@@ -58,9 +58,11 @@ class TvmKernel(Kernel):
         outputs: Sequence[ValueInfo],
         weights: Sequence[tuple[str, tvm.runtime.Tensor]] = (),
         blob: bytes | None = None,
+        variants: Sequence[KernelVariant] = (),
     ):
         self.module = module
         self.blob = blob  # the exported library, when this kernel came from (or went to) one
+        self._variants = list(variants)
         self.device = device
         self.name = name
         self.inputs = tuple(inputs)
@@ -72,6 +74,9 @@ class TvmKernel(Kernel):
         self._output_dtypes = tuple(o.dtype for o in outputs)
         self._tvm_device = tvm_device(device)
         self._local = threading.local()
+
+    def variants(self) -> list[KernelVariant]:
+        return list(self._variants)
 
     def prepare(self) -> None:
         if not self._tvm_device.exist:

@@ -2,45 +2,138 @@
 
 Phases follow TVM's own backend pipelines (library dispatch, legalise,
 dataflow lowering, finalise) so a change touches one list; user passes run
-on the imported Relax module, before the first phase.
+on the imported Relax module, before the first phase. On llvm targets two
+more phases carry the default CPU schedules (`nxrt_tvm.lower.schedules`):
+fast math before legalisation, and the schedule rules right after FuseTIR.
+Tuning records apply first in that schedule phase, so a tuned kernel wins
+over the rules; the kernels after FuseTIR are what tuning tasks are made of
+(`fusion_passes`), so extraction and compilation share those phases.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import tvm
-
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda
+from tvm.relax.transform import MetaScheduleApplyDatabase
 
-__all__ = ["lowering_passes", "lowering_pipeline"]
+from ..api.kernel import KernelVariant
+from . import schedules
+from .schedules.base import RULE_ATTR
+
+if TYPE_CHECKING:
+    from ..tuning.database import TuningDatabase
+
+__all__ = ["Lowering", "fusion_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """How partitions are lowered: user passes, schedule rules (None: the defaults), tuning records."""
+
+    user_passes: tuple[tvm.transform.Pass, ...] = ()
+    schedule_passes: tuple[tvm.transform.Pass, ...] | None = None
+    database: "TuningDatabase | None" = field(default=None, compare=False)
+
+    def digest(self) -> str:
+        """What of this configuration shapes compiled code (compile-cache keys)."""
+        schedule = "default" if self.schedule_passes is None else ",".join(p.info.name for p in self.schedule_passes)
+        return "|".join([
+            ",".join(p.info.name for p in self.user_passes),
+            schedule,
+            self.database.digest if self.database is not None else "",
+        ])
 
 
 def _backend(target: tvm.target.Target):
     return cuda if target.kind.name == "cuda" else cpu_generic
 
 
-def lowering_passes(target: tvm.target.Target, user_passes: Sequence[tvm.transform.Pass] = ()) -> list[tvm.transform.Pass]:
-    """Every pass that turns an imported Relax module into a buildable one, in order."""
+def schedule_phase(
+    target: tvm.target.Target, schedule_passes: Sequence[tvm.transform.Pass] | None = None
+) -> tuple[list[tvm.transform.Pass], list[tvm.transform.Pass]]:
+    """(before legalisation, after FuseTIR) passes of the default schedules.
+
+    `schedule_passes=None` gives the defaults for `target` (none for cuda,
+    whose backend schedules with dlight in its own phases); an explicit list
+    replaces both (`[]`: TVM's unscheduled default kernels).
+    """
+    if schedule_passes is not None:
+        return [], list(schedule_passes)
+    if target.kind.name != "llvm":
+        return [], []
+    return schedules.pre_legalize_passes(target), schedules.cpu_schedule_passes(target)
+
+
+def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) -> list[tvm.transform.Pass]:
+    """Up to FuseTIR: the kernels here are the workloads tuning records are keyed on."""
     backend = _backend(target)
+    pre_legalize, _ = schedule_phase(target, lowering.schedule_passes)
+    return [*backend.library_dispatch_passes(target), *pre_legalize, *backend.legalize_passes(target)]
+
+
+def _record(variants: list[KernelVariant], stage: str) -> tvm.transform.Pass:
+    """A pass that notes, per kernel, which implementation the schedule phase gave it."""
+
+    @tvm.transform.module_pass(opt_level=0, name=f"nxrt_tvm.record_{stage}")
+    def record(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        tuned = {v.name for v in variants if v.variant == "tuned"}
+        if stage == "tuned":
+            variants.clear()
+        for gv, func in mod.functions.items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or gv.name_hint in tuned:
+                continue
+            attrs = func.attrs or {}
+            if stage == "tuned":
+                if attrs.get("tirx.is_scheduled", False):
+                    variants.append(KernelVariant(gv.name_hint, "tuned", "a tuning record of this device matched"))
+            elif RULE_ATTR in attrs:
+                variants.append(KernelVariant(gv.name_hint, f"default:{attrs[RULE_ATTR]}", "no tuning record; default CPU schedule rule"))
+            else:
+                variants.append(KernelVariant(gv.name_hint, "tvm-default", "no tuning record and no schedule rule fits"))
+        return mod
+
+    return record
+
+
+def lowering_passes(
+    target: tvm.target.Target, lowering: Lowering = Lowering(), variants: list[KernelVariant] | None = None
+) -> list[tvm.transform.Pass]:
+    """Every pass that turns an imported Relax module into a buildable one, in order.
+
+    With `variants`, the list is filled with which implementation each kernel got.
+    """
+    backend = _backend(target)
+    _, schedule = schedule_phase(target, lowering.schedule_passes)
+    tuned = [MetaScheduleApplyDatabase(enable_warning=False)] if lowering.database is not None else []
+    notes = variants if variants is not None else []
     return [
-        *user_passes,
-        *backend.library_dispatch_passes(target),
-        *backend.legalize_passes(target),
+        *lowering.user_passes,
+        *fusion_passes(target, lowering),
+        *tuned,
+        _record(notes, "tuned"),
+        *schedule,
+        _record(notes, "scheduled"),
         *backend.dataflow_lower_passes(target),
         *backend.finalize_passes(target),
     ]
 
 
-def lowering_pipeline(target: tvm.target.Target, user_passes: Sequence[tvm.transform.Pass] = ()) -> tvm.transform.Pass:
-    """`lowering_passes` as one module pass that runs inside the target's scope (some passes read it)."""
-    passes = lowering_passes(target, user_passes)
+def lowering_pipeline(
+    target: tvm.target.Target, lowering: Lowering = Lowering(), variants: list[KernelVariant] | None = None
+) -> tvm.transform.Pass:
+    """`lowering_passes` as one module pass, made and run inside the target's scope and the tuning database
+    (MetaScheduleApplyDatabase reads both when it is constructed)."""
 
     @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.lowering")
     def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         with target:
-            return tvm.transform.Sequential(passes)(mod)
+            if lowering.database is None:
+                return tvm.transform.Sequential(lowering_passes(target, lowering, variants))(mod)
+            with lowering.database.database:
+                return tvm.transform.Sequential(lowering_passes(target, lowering, variants))(mod)
 
     return _pipeline
-
-

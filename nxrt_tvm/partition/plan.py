@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..api.claim import Decline, SubgraphClaim
 from ..api.errors import NoEpForOp
+from ..api.kernel import KernelVariant
 from ..api.provider import ExecutionProvider
 from ..graph.model import GraphView
 
@@ -28,7 +29,7 @@ class PartitionPlan:
             counts[str(p.ep)] += len(p.nodes)
         return dict(counts)
 
-    def to_json(self, graph: GraphView | None = None) -> dict:
+    def to_json(self, graph: GraphView | None = None, variants: Mapping[str, Sequence[KernelVariant]] | None = None) -> dict:
         def ops(p: SubgraphClaim) -> dict[str, int]:
             return dict(Counter(graph.nodes[i].op_type for i in p.nodes)) if graph else {}
 
@@ -44,13 +45,14 @@ class PartitionPlan:
                     "inputs": list(p.inputs),
                     "outputs": list(p.outputs),
                     "cost": str(p.cost),
+                    "kernels": [{"name": v.name, "variant": v.variant, "reason": v.reason} for v in (variants or {}).get(p.name, ())],
                 }
                 for p in self.partitions
             ],
             "declines": [d.to_json() for d in self.declines],
         }
 
-    def format(self, graph: GraphView | None = None) -> str:
+    def format(self, graph: GraphView | None = None, variants: Mapping[str, Sequence[KernelVariant]] | None = None) -> str:
         lines = [
             f"{len(self.partitions)} partitions over {self.node_count} nodes "
             + ", ".join(f"{ep}: {n}" for ep, n in self.nodes_by_ep().items())
@@ -62,6 +64,9 @@ class PartitionPlan:
                 ops = " [" + ", ".join(f"{op} x{n}" if n > 1 else op for op, n in counts.most_common()) + "]"
             lines.append(f"  {p.name:<20} {str(p.ep):<22} {len(p.nodes):>4} nodes{ops}")
             lines.append(f"  {'':<20} in: {', '.join(p.inputs) or '-'}  out: {', '.join(p.outputs)}")
+            kinds = Counter(v.variant for v in (variants or {}).get(p.name, ()))
+            if kinds:
+                lines.append(f"  {'':<20} kernels: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
         if self.declines:
             lines.append(f"{len(self.declines)} declines:")
             lines.extend(f"  - {d}" for d in self.declines)

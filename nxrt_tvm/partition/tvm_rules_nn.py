@@ -192,6 +192,11 @@ def _conv_transpose(ctx: NodeContext) -> None:
 @rule("RoiAlign")
 def _roialign(ctx: NodeContext) -> None:
     require_attr(ctx, "mode", ("avg",), "avg", accepts="mode=avg (the default)")
+    # batch_indices are not bounds-checked by TVM (see require_bounded_indices).
+    from .tvm_rules_shape import require_bounded_indices
+
+    batch = ctx.inputs[0].shape[0] if ctx.inputs[0] is not None and ctx.inputs[0].shape else None
+    require_bounded_indices(ctx, 2, lambda v: [(v, batch)], allow_negative=False, what="batch_indices")
 
 
 # Without: the mask output comes back as float32, not bool; a training_mode
@@ -322,6 +327,25 @@ def _max_unpool(ctx: NodeContext) -> None:
         remediation=FALLBACK,
     )
     _require_static_input(ctx, "MaxUnpool")
+    # Indices are flat positions in the output that TVM writes without a bounds check: accept
+    # them from a MaxPool (in range by construction) or as constants in range.
+    producer = ctx.graph.producer.get(ctx.node.input[1])
+    if producer is not None and ctx.graph.nodes[producer].op_type == "MaxPool" and ctx.graph.nodes[producer].domain in ("", "ai.onnx"):
+        return
+    from .tvm_rules_shape import require_bounded_indices
+
+    require_bounded_indices(ctx, 1, lambda v: [(v, _unpool_extent(ctx))], allow_negative=False)
+
+
+def _unpool_extent(ctx: NodeContext):
+    """Elements of MaxUnpool's output (static input dims, kernel, strides, pads), or None."""
+    out = ctx.outputs[0].shape if ctx.outputs and ctx.outputs[0] is not None else None
+    if out is None or not all(isinstance(d, int) for d in out):
+        return None
+    n = 1
+    for d in out:
+        n *= d
+    return n
 
 
 # Without: a symbolic dim on the Hardmax axis fails to import (one_hot needs an int depth).

@@ -262,3 +262,117 @@ def _tile(ctx: NodeContext) -> None:
         accepts="Tile on targets without AVX-512",
         remediation=f"{FALLBACK}; or target a CPU without AVX-512 (target={{'kind': 'llvm', 'mcpu': 'x86-64-v3'}})",
     )
+
+
+# -- indices read from tensor data ----------------------------------------------------------
+
+# Without: TVM's take / gather / gather_nd / scatter kernels do not bounds-check their indices
+# (relax.op.take's default mode is "fast": "extra indices lead to seg fault"), while ONNX requires
+# an error. Measured on TVM 0.27 with indices fed at run time to a (4, 3) tensor: index 4 or 1000
+# reads garbage; index 2**40 kills the process with SIGSEGV (Gather, GatherElements, GatherND,
+# ScatterElements, ScatterND); a Scatter* index of 7 writes outside the output buffer. So indices
+# must be constants proven in range here, or computed from tensor shapes (in range by
+# construction); indices read from tensor data run on the fallback, which checks them.
+_INDEX_WHAT = "indices"
+
+
+def _index_remediation() -> str:
+    return (f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim) "
+            "to let TVM take it")
+
+
+def require_bounded_indices(ctx: NodeContext, i: int, extents, *, allow_negative: bool = True, what: str = _INDEX_WHAT) -> None:
+    """Input `i` holds indices: a constant whose every value is in range, or a shape-derived value.
+
+    `extents(value)` gives, for a constant index array, pairs (index values, extent of the
+    dim they index) where the extent is an int or a symbolic/unknown dim.
+    """
+    if not ctx.has_input(i):
+        return
+    name = ctx.node.input[i]
+    value = ctx.const(i)
+    if value is None:
+        require(
+            is_shape_derived(ctx, i),
+            Rejected.INPUT,
+            f"{what} (input {i}, {name!r}) are read from tensor data at run time, and TVM does not "
+            "bounds-check them: an out-of-range index reads or writes outside the tensor and can crash the process",
+            accepts=f"constant {what} within the data's bounds, or {what} computed from tensor shapes",
+            remediation=_index_remediation(),
+        )
+        return
+    for values, extent in extents(value):
+        values = [int(v) for v in values.reshape(-1).tolist()] if hasattr(values, "reshape") else list(values)
+        if not values:
+            continue
+        lo = -extent if (allow_negative and isinstance(extent, int)) else 0
+        if isinstance(extent, int):
+            ok = all(lo <= v < extent for v in values)
+            shown = f"[{lo}, {extent})"
+        else:  # symbolic or unknown extent: only indices valid for any non-empty dim
+            ok = all(v == 0 or (allow_negative and v == -1) for v in values)
+            shown = f"a dim of unknown size {extent!r}"
+        require(
+            ok,
+            Rejected.INPUT,
+            f"constant {what} (input {i}, {name!r}) {sorted(set(values))[:8]} are not all within {shown}",
+            accepts=f"{what} within the data's bounds (TVM does not check them at run time)",
+            remediation=f"{FALLBACK}, which reports the out-of-range index; fix the indices",
+        )
+
+
+def _dim(ctx: NodeContext, k: int, axis: int):
+    shape = ctx.inputs[k].shape if k < len(ctx.inputs) and ctx.inputs[k] is not None else None
+    if shape is None or not shape:
+        return None
+    return shape[axis % len(shape)]
+
+
+def _along_axis(ctx: NodeContext, data: int = 0):
+    axis = int(ctx.attr("axis", 0))
+    return lambda value: [(value, _dim(ctx, data, axis))]
+
+
+def _nd(ctx: NodeContext, batch_dims: int = 0):
+    shape = ctx.inputs[0].shape if ctx.inputs and ctx.inputs[0] is not None else None
+
+    def extents(value):
+        if value.ndim == 0:
+            return [(value, None)]
+        k = value.shape[-1]
+        return [
+            (value[..., j], shape[batch_dims + j] if shape is not None and batch_dims + j < len(shape) else None)
+            for j in range(k)
+        ]
+
+    return extents
+
+
+@rule("Gather")
+def _gather(ctx: NodeContext) -> None:
+    require_bounded_indices(ctx, 1, _along_axis(ctx))
+
+
+@rule("GatherElements")
+def _gather_elements(ctx: NodeContext) -> None:
+    require_bounded_indices(ctx, 1, _along_axis(ctx))
+
+
+@rule("GatherND")
+def _gather_nd(ctx: NodeContext) -> None:
+    require_bounded_indices(ctx, 1, _nd(ctx, int(ctx.attr("batch_dims", 0))))
+
+
+@rule("ScatterElements")
+def _scatter_elements(ctx: NodeContext) -> None:
+    require_bounded_indices(ctx, 1, _along_axis(ctx))
+
+
+@rule("Scatter")
+def _scatter(ctx: NodeContext) -> None:
+    require_bounded_indices(ctx, 1, _along_axis(ctx))
+
+
+@rule("ScatterND")
+def _scatter_nd(ctx: NodeContext) -> None:
+    require_bounded_indices(ctx, 1, _nd(ctx))

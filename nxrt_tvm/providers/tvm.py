@@ -16,7 +16,7 @@ from tvm.relax.frontend.onnx import onnx_frontend
 from ..api.claim import ClaimResult, Decline, DeclineSignal, Rejected, SubgraphClaim, deny, require
 from ..api.device import EpId
 from ..api.errors import CompileDisabled, CompileFailed, EpLoadFailed, InvalidProviderOptions, UnsupportedContext
-from ..api.kernel import Kernel
+from ..api.kernel import Kernel, KernelVariant
 from ..api.tensor import aligned_empty
 from ..epcontext.compat import check_loadable, hardware_of
 from ..epcontext.cache import CompileCache, cache_key
@@ -25,6 +25,8 @@ from ..lower.artifact import export_executable, load_executable
 from ..api.provider import ExecutionProvider
 from ..graph.model import GraphView
 from ..lower.build import compile_partition, locate_failure, partition_model, weight_names
+from ..lower.pipeline import Lowering
+from ..tuning.database import open_database
 from ..lower.kernel import TvmKernel
 from ..lower.target import make_target, target_device, tvm_device
 from ..partition.claims import make_claims, partition_name
@@ -55,7 +57,17 @@ class TvmExecutionProvider(ExecutionProvider):
     """Compiles maximal acyclic subgraphs through TVM Relax for `llvm` (host CPU) or `cuda`."""
 
     ep_id = EpId("TvmExecutionProvider")
-    OPTIONS = ("target", "min_subgraph_size", "op_types_to_exclude", "passes", "weightless", "cache_dir", "cache_max_bytes")
+    OPTIONS = (
+        "target",
+        "min_subgraph_size",
+        "op_types_to_exclude",
+        "passes",
+        "schedule_passes",
+        "tuning_logs",
+        "weightless",
+        "cache_dir",
+        "cache_max_bytes",
+    )
 
     def __init__(
         self,
@@ -63,6 +75,8 @@ class TvmExecutionProvider(ExecutionProvider):
         min_subgraph_size: int = 1,
         op_types_to_exclude: Sequence[str] | str = (),
         passes: Sequence[tvm.transform.Pass] = (),
+        schedule_passes: Sequence[tvm.transform.Pass] | None = None,
+        tuning_logs: str | os.PathLike | None = None,
         weightless: bool | str = False,
         cache_dir: str | os.PathLike | None = None,
         cache_max_bytes: int | None = 2 * 1024**3,
@@ -72,9 +86,13 @@ class TvmExecutionProvider(ExecutionProvider):
         self.target_features = frozenset(hardware_of(self.target)[1])
         self.min_subgraph_size = as_int("min_subgraph_size", min_subgraph_size, minimum=1)
         self.op_types_to_exclude = frozenset(as_str_list("op_types_to_exclude", op_types_to_exclude))
-        if any(not isinstance(p, tvm.transform.Pass) for p in passes):
-            raise InvalidProviderOptions("option 'passes' must be a list of tvm.transform.Pass objects")
-        self.passes = tuple(passes)
+        for option, value in (("passes", passes), ("schedule_passes", schedule_passes or ())):
+            if any(not isinstance(p, tvm.transform.Pass) for p in value):
+                raise InvalidProviderOptions(f"option {option!r} must be a list of tvm.transform.Pass objects")
+        database = None if tuning_logs is None else open_database(tuning_logs, self.target)
+        self.lowering = Lowering(tuple(passes), None if schedule_passes is None else tuple(schedule_passes), database)
+        #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
+        self.variants: dict[str, list[KernelVariant]] = {}
         self.weightless = str(weightless).lower() in ("1", "true")
         # Set by the session from `session.disable_model_compile`: any compile is then an error.
         self.compile_disabled = False
@@ -93,7 +111,7 @@ class TvmExecutionProvider(ExecutionProvider):
         return cls(**options)
 
     def optimizer_passes(self) -> list[tvm.transform.Pass]:
-        return list(self.passes)
+        return list(self.lowering.user_passes)
 
     # -- capability ------------------------------------------------------------------
     def check_node(self, ctx: NodeContext) -> None:
@@ -243,23 +261,27 @@ class TvmExecutionProvider(ExecutionProvider):
             entry = self.cache.get(key)
             if entry is not None:  # built and proven before; the cache verified its sha256
                 self._built[name] = (load_executable(entry.blob, name), entry.blob)
+                self.variants[name] = [KernelVariant(*v) for v in entry.meta.get("variants", [])]
                 self.stats["cache_hits"] += 1
                 return {}
 
-        def attempt(nodes: list[int]) -> object:
+        def attempt(nodes: list[int], variants: list[KernelVariant] | None = None) -> object:
             self.stats["builds"] += 1
-            return compile_partition(graph, nodes, name, self.target, self.passes)
+            return compile_partition(graph, nodes, name, self.target, self.lowering, variants=variants)
 
+        variants: list[KernelVariant] = []
         try:
-            executable = attempt(list(group))
+            executable = attempt(list(group), variants)
         except CompileFailed:
             culprit, message = locate_failure(group, attempt)
         else:
             blob = None
             if key is not None:
                 blob = export_executable(executable)
-                self.cache.put(key, blob, {"partition": name, "target": self.target.kind.name})
+                meta = {"partition": name, "target": self.target.kind.name, "variants": [list(_v(v)) for v in variants]}
+                self.cache.put(key, blob, meta)
             self._built[name] = (executable, blob)
+            self.variants[name] = variants
             return {}
         return {
             culprit: DeclineSignal(
@@ -295,7 +317,9 @@ class TvmExecutionProvider(ExecutionProvider):
         built = None if weights else self._built.pop(claim.name, None)
         if built is None:
             self.stats["builds"] += 1
-            built = (compile_partition(graph, claim.nodes, claim.name, self.target, self.passes, weights), None)
+            variants: list[KernelVariant] = []
+            built = (compile_partition(graph, claim.nodes, claim.name, self.target, self.lowering, weights, variants), None)
+            self.variants[claim.name] = variants
         self.stats["compiled"] += 1
         return built[0], weights, built[1]
 
@@ -309,6 +333,7 @@ class TvmExecutionProvider(ExecutionProvider):
             [graph.info(o) for o in claim.outputs],
             [(w, self._bound_weight(w, graph.initializers)) for w in weights],
             blob=blob,
+            variants=self.variants.get(claim.name, ()),
         )
         return kernel
 
@@ -320,7 +345,7 @@ class TvmExecutionProvider(ExecutionProvider):
             json.dumps(dict(self.target.export()), sort_keys=True, default=str),
             tvm.__version__,
             f"nxrt-tvm/{FORMAT_VERSION}",
-            ",".join(p.info.name for p in self.passes),
+            self.lowering.digest(),
         )
 
     def _bound_weight(self, name: str, initializers: Mapping[str, onnx.TensorProto]) -> tvm.runtime.Tensor:
@@ -373,3 +398,7 @@ class TvmExecutionProvider(ExecutionProvider):
             [(w, self._bound_weight(w, initializers or {})) for w in context.weights],
             blob=context.blob,
         )
+
+
+def _v(variant: KernelVariant) -> tuple[str, str, str]:
+    return (variant.name, variant.variant, variant.reason)

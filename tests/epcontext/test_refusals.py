@@ -10,7 +10,7 @@ import tvm
 
 import model_zoo
 import nxrt_tvm as nx
-from conftest import assert_parity, ort_run
+from parity import assert_parity, ort_run
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.lower.target import host_cpu
 

@@ -9,7 +9,7 @@ import pytest
 
 import model_zoo
 import nxrt_tvm as nx
-from conftest import assert_parity, ort_run
+from parity import assert_parity, ort_run
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.epcontext.loader import restore_sources
 

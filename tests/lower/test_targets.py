@@ -7,7 +7,7 @@ import tvm
 
 import model_zoo
 import nxrt_tvm as nx
-from conftest import assert_parity, ort_run
+from parity import assert_parity, ort_run
 from nxrt_tvm.graph.model import load_model
 from nxrt_tvm.lower.build import compile_partition
 from nxrt_tvm.lower.target import host_cpu, make_target

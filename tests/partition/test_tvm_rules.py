@@ -228,3 +228,57 @@ def test_ai_onnx_attention_is_declined():
     q = vi("q", T.FLOAT, [1, 2, 3, 4])
     m = model([h.make_node("Attention", ["q", "q", "q"], ["y"])], [q], [vo("y", T.FLOAT, 4)], opset=23)
     declined(m)
+
+
+# -- indices TVM does not bounds-check ------------------------------------------------------
+# An out-of-range index fed at run time reads garbage, and a large one (2**40) kills the process
+# with SIGSEGV (probed for Gather, GatherElements, GatherND, ScatterElements, ScatterND; see
+# tests/test_faults.py::test_out_of_range_gather_indices_fed_at_run_time_raise).
+
+
+@pytest.mark.parametrize("op, ishape", [("Gather", [2]), ("GatherElements", [2, 4]), ("GatherND", [2, 1])])
+def test_runtime_indices_are_declined(op, ishape):
+    m = model([h.make_node(op, ["x", "i"], ["y"])], [vi("x", T.FLOAT, [3, 4]), vi("i", T.INT64, ishape)],
+              [vo("y", T.FLOAT, 2)])
+    sig = declined(m)
+    assert sig.rejected.value == "input" and "bounds-check" in sig.detail
+
+
+@pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
+def test_runtime_scatter_indices_are_declined(op):
+    ishape, ushape = ([1, 4], [1, 4]) if op == "ScatterElements" else ([1, 1], [1, 4])
+    m = model([h.make_node(op, ["x", "i", "u"], ["y"])],
+              [vi("x", T.FLOAT, [3, 4]), vi("i", T.INT64, ishape), vi("u", T.FLOAT, ushape)], [vo("y", T.FLOAT, 2)])
+    assert "bounds-check" in declined(m).detail
+
+
+def test_constant_gather_indices_in_range_are_accepted():
+    m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 2)],
+              [nh.from_array(np.array([0, 3, -4], np.int64), "i")])
+    runs_like_ort(m, {"x": X34})
+
+
+@pytest.mark.parametrize("values", [[0, 4], [-5]])
+def test_constant_gather_indices_out_of_range_are_declined(values):
+    m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 2)],
+              [nh.from_array(np.array(values, np.int64), "i")])
+    assert "not all within [-4, 4)" in declined(m).detail
+
+
+def test_constant_gathernd_indices_checked_per_component():
+    inits = [nh.from_array(np.array([[2, 3]], np.int64), "i")]
+    m = model([h.make_node("GatherND", ["x", "i"], ["y"])], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 1)], inits)
+    runs_like_ort(m, {"x": X34})
+    inits = [nh.from_array(np.array([[3, 0]], np.int64), "i")]
+    m = model([h.make_node("GatherND", ["x", "i"], ["y"])], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 1)], inits)
+    declined(m)
+
+
+def test_constant_index_on_a_symbolic_dim_only_first_or_last():
+    for values, ok in (([0], True), ([-1], True), ([1], False)):
+        m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=0)], [vi("x", T.FLOAT, ["N", 4])],
+                  [vo("y", T.FLOAT, 2)], [nh.from_array(np.array(values, np.int64), "i")])
+        if ok:
+            check(m)
+        else:
+            declined(m)

@@ -6,7 +6,7 @@ import tvm
 
 import model_zoo
 import nxrt_tvm as nx
-from conftest import assert_parity, ort_run
+from parity import assert_parity, ort_run
 
 TVM = nx.EpId("TvmExecutionProvider")
 

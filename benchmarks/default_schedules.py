@@ -1,0 +1,117 @@
+"""Untuned TVM with and without the default CPU schedules, against onnxruntime.
+
+    python benchmarks/default_schedules.py [--repeat 20] [--only mlp gemm ...] [--clock-ghz 2.6]
+
+One process, one thread count for everyone (onnxruntime's intra-op threads =
+TVM_NUM_THREADS = the cores this process may use), median of ``--repeat``
+runs after a warm-up. Columns: onnxruntime, nxrt-tvm with TVM's default
+pipeline (``schedule_passes=[]``: naive loops), nxrt-tvm with the default
+schedules (``schedule_passes=None``), and the schedules' time relative to
+onnxruntime. The 1024^3 GEMM also gets GFLOP/s against the fp32 peak:
+cores x 2 FMA pipes x 16 lanes (AVX-512) x 2 flop x clock.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import models  # noqa: E402
+import nxrt_tvm  # noqa: E402
+import nxrt_tvm.data  # noqa: E402
+
+BENCH = {
+    "mlp": "MLP b64 512-1024-1024-10",
+    "resnet": "ResNet-18 1x3x224x224",
+    "bert": "BERT encoder seq 128",
+    "gemm": "GEMM 1024^3",
+    "default": "bundled default model",
+}
+
+
+def _model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    if name == "default":
+        model = onnx.load(nxrt_tvm.data.default_model_path())
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for value in model.graph.input:
+            shape = [d.dim_value or 1 for d in value.type.tensor_type.shape.dim]
+            feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
+        return model, feeds
+    return models.MODELS[name](), models.make_inputs(name)
+
+
+def median_ms(run, repeat: int) -> float:
+    run()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def measure(name: str, repeat: int, threads: int, skip_naive: bool) -> dict:
+    model, feeds = _model(name)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    ort_session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    want = ort_session.run(None, feeds)
+    row = {"name": name, "ort": median_ms(lambda: ort_session.run(None, feeds), repeat)}
+    for key, passes in (("naive", []), ("rules", None)):
+        if key == "naive" and skip_naive:
+            row[key] = math.nan
+            continue
+        start = time.perf_counter()
+        session = nxrt_tvm.InferenceSession(model, provider_options=[{"target": "llvm", "schedule_passes": passes}, {}])
+        row[key + "_build_s"] = time.perf_counter() - start
+        got = session.run(None, feeds)
+        row[key + "_err"] = max(float(np.max(np.abs(g - w))) / (float(np.max(np.abs(w))) + 1e-12) for g, w in zip(got, want))
+        # naive kernels are slow: fewer runs keep the benchmark short, median still of >= 3
+        row[key] = median_ms(lambda: session.run(None, feeds), repeat if key == "rules" else max(3, repeat // 4))
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--only", nargs="*", choices=sorted(BENCH))
+    ap.add_argument("--clock-ghz", type=float, default=2.6, help="assumed sustained all-core clock (default 2.6, /proc/cpuinfo)")
+    ap.add_argument("--skip-naive", action="store_true", help="skip TVM's default pipeline (minutes on ResNet)")
+    args = ap.parse_args(argv)
+    threads = int(os.environ["TVM_NUM_THREADS"])
+    rows = [measure(name, args.repeat, threads, args.skip_naive) for name in (args.only or BENCH)]
+
+    print(f"\nthreads: {threads} (onnxruntime intra-op = TVM_NUM_THREADS); median of {args.repeat} runs\n")
+    print("| model | onnxruntime ms | TVM default ms (x ORT) | default schedules ms (x ORT) | max rel. err | build s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        naive = "skipped" if math.isnan(r["naive"]) else f"{r['naive']:.2f} ({r['naive'] / r['ort']:.1f}x)"
+        print(f"| {BENCH[r['name']]} | {r['ort']:.2f} | {naive} | {r['rules']:.2f} ({r['rules'] / r['ort']:.2f}x) "
+              f"| {r['rules_err']:.1e} | {r['rules_build_s']:.1f} |")
+    ratios = [r["rules"] / r["ort"] for r in rows]
+    print(f"\ngeomean default schedules / onnxruntime: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+    gemm = next((r for r in rows if r["name"] == "gemm"), None)
+    if gemm is not None:
+        cores = len(os.sched_getaffinity(0))
+        peak = cores * 2 * 16 * 2 * args.clock_ghz
+        flops = 2 * 1024**3 / 1e9
+        print(f"GEMM 1024^3: default schedules {flops / gemm['rules'] * 1e3:.0f} GFLOP/s, onnxruntime "
+              f"{flops / gemm['ort'] * 1e3:.0f} GFLOP/s; fp32 peak {peak:.0f} GFLOP/s "
+              f"({cores} cores x 2 FMA x 16 lanes x 2 flop x {args.clock_ghz} GHz assumed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

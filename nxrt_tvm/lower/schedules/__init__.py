@@ -1,0 +1,61 @@
+"""Default CPU schedules: untuned kernels that use the host's vector width and cores.
+
+Rules in the spirit of `tvm.s_tir.dlight`, one module per family, tried in
+order on every PrimFunc after fusion; the first that fits schedules it, a
+function no rule fits (or a rule that fails on it) keeps TVM's default:
+
+=================  ==========================================================
+`Conv`             NCHW convolution (padding inlined, register tile, epilogue)
+`Matmul`           matmul, dense, batch matmul (+ bias/activation epilogue)
+`Pooling`          max/average pooling, single-input reductions
+`Normalization`    softmax, layer norm, RMS norm (dlight's CPU Reduction)
+`Injective`        elementwise, broadcast, transpose, reshape
+=================  ==========================================================
+
+``cpu_schedule_passes(target)`` is the schedule phase (after FuseTIR);
+``pre_legalize_passes(target)`` runs before legalisation (fast exp/erf/tanh).
+Replace or extend either list through `lowering_passes(..., schedule_passes=...)`.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .base import RULE_ATTR, ApplySchedules, CpuRule
+from .conv import Conv
+from .injective import Injective
+from .matmul import Matmul
+from .reduction import Normalization, Pooling
+
+__all__ = [
+    "cpu_schedule_passes",
+    "pre_legalize_passes",
+    "default_rules",
+    "ApplySchedules",
+    "CpuRule",
+    "RULE_ATTR",
+    "Conv",
+    "Matmul",
+    "Pooling",
+    "Normalization",
+    "Injective",
+]
+
+
+def default_rules() -> list[CpuRule]:
+    """The rules, most specific first."""
+    return [Conv(), Matmul(), Pooling(), Normalization(), Injective()]
+
+
+def pre_legalize_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """Relax passes before legalisation: exp/erf/tanh as vectorisable polynomials, not libm calls."""
+    if target.kind.name != "llvm":
+        return []
+    return [relax.transform.FastMathTransform()]
+
+
+def cpu_schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """The schedule phase for `target`: the default rules on every unscheduled PrimFunc (llvm only)."""
+    if target.kind.name != "llvm":
+        return []
+    return [ApplySchedules(default_rules())]

@@ -1,0 +1,163 @@
+"""What every default CPU rule shares: the rule base class, the driver pass, small loop helpers.
+
+A rule is a `tvm.s_tir.dlight` `ScheduleRule` whose `schedule` either returns a
+`Schedule` or None (does not fit). `CpuRule.apply` turns any scheduling error
+into None, so a rule can never make a build fail: the function keeps TVM's
+default (or the next rule's schedule).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import collect_vars_used_in_prim_expr, normalize_prim_func
+from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.target import Target
+from tvm.target.codegen import llvm_get_vector_width
+
+__all__ = ["CpuRule", "ApplySchedules", "RULE_ATTR", "vector_lanes", "extent_of", "uses_div_mod", "parallel_vectorize"]
+
+log = logging.getLogger(__name__)
+
+#: PrimFunc attribute naming the rule that scheduled it (tests and debugging read it).
+RULE_ATTR = "nxrt.schedule_rule"
+
+
+class CpuRule(ScheduleRule):
+    """A default CPU schedule rule; subclasses implement `schedule(sch, blocks, target)`.
+
+    `blocks` are the normalised `SBlockInfo`s of the function (dlight's
+    `normalize_prim_func`); `schedule` returns `sch` scheduled, or None when the
+    rule does not fit, and may raise: `apply` keeps the default then.
+    """
+
+    name = "rule"
+
+    def schedule(self, sch: s_tir.Schedule, blocks: list, target: Target) -> s_tir.Schedule | None:
+        raise NotImplementedError
+
+    def apply(self, func: tirx.PrimFunc, target: Target, _tunable: bool) -> s_tir.Schedule | None:
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        try:
+            sch = s_tir.Schedule(func)
+            blocks = normalize_prim_func(sch)
+            if not blocks:
+                return None
+            return self.schedule(sch, blocks, target)
+        except Exception as exc:  # noqa: BLE001 - schedule errors, analysis gaps, rule bugs: all keep the default
+            log.debug("schedule rule %s gave up on a function: %s", self.name, str(exc).splitlines()[0] if str(exc) else exc)
+            return None
+
+
+def _is_scheduled(func: tirx.PrimFunc) -> bool:
+    return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
+
+
+@tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.ApplyCpuSchedules")
+class ApplySchedules:
+    """Schedule every unscheduled PrimFunc with the first rule that fits; tag it with the rule's name.
+
+    Functions already scheduled (e.g. by MetaSchedule records) are left alone.
+    """
+
+    def __init__(self, rules: Sequence[CpuRule]):
+        self.rules = list(rules)
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        target = Target.current(allow_none=True)
+        updates = {}
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, tirx.PrimFunc) or _is_scheduled(func):
+                continue
+            func_target = func.attrs.get("target") if func.attrs is not None else None
+            func_target = func_target or target
+            if func_target is None:
+                continue
+            for rule in self.rules:
+                sch = rule.apply(func, func_target, False)
+                if sch is not None:
+                    updates[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, rule.name)
+                    break
+        for gvar, func in updates.items():
+            mod[gvar] = func
+        return mod
+
+
+def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
+    """Lanes of the host's widest vector register for `dtype_bits` (16 fp32 lanes with AVX-512)."""
+    bits = llvm_get_vector_width(target)
+    return max((bits if bits > 0 else 128) // dtype_bits, 1)
+
+
+def extent_of(sch: s_tir.Schedule, loop) -> int | None:
+    """A loop's constant extent, or None when it is symbolic."""
+    extent = sch.get(loop).extent
+    return int(extent.value) if isinstance(extent, tirx.IntImm) else None
+
+
+#: parallel loops shorter than this are fused with the next one
+_MIN_PARALLEL = 64
+
+
+def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Run an injective block's leading loops in parallel and vectorise its innermost loop.
+
+    Loops are never all fused into one (broadcasts would turn into div/mod
+    gathers) and an innermost axis read through div/mod stays scalar.
+    """
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    stmt = sch.get(block)
+    inner_var_index = len(stmt.iter_vars) - 1
+    vectorise = len(loops) == len(stmt.iter_vars) and not uses_div_mod(sch, block, inner_var_index)
+    inner = loops[-1]
+    if vectorise:
+        extent = extent_of(sch, inner)
+        if extent is None or extent > lanes:
+            outer_part, inner = sch.split(inner, factors=[None, lanes])
+            loops = [*loops[:-1], outer_part]
+        else:
+            loops = loops[:-1]
+        sch.vectorize(inner)
+    else:
+        loops = loops[:-1]
+    # parallel: fuse leading loops until there is enough work per thread
+    lead, work = [], 1
+    for loop in loops:
+        lead.append(loop)
+        extent = extent_of(sch, loop)
+        if extent is None:
+            break
+        work *= extent
+        if work >= _MIN_PARALLEL:
+            break
+    if lead:
+        sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
+
+
+def uses_div_mod(sch: s_tir.Schedule, block, var_index: int) -> bool:
+    """Whether a read of `block` indexes through a division or modulo of its `var_index`-th iterator.
+
+    Such gathers (Tile, Reshape of broadcasts) are kept scalar: TVM 0.27's LLVM
+    AVX-512 codegen has been seen to miscompile them once vectorised.
+    """
+    stmt = sch.get(block)
+    var = stmt.iter_vars[var_index].var
+    return any(_div_mod_of(rng.min, var) for region in stmt.reads for rng in region.region)
+
+
+_DIV_MOD = (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)
+
+
+def _div_mod_of(expr, var) -> bool:
+    """Whether `expr` holds a division or modulo whose operands mention `var`."""
+    if isinstance(expr, _DIV_MOD):
+        if any(v.same_as(var) for v in collect_vars_used_in_prim_expr(expr)):
+            return True
+    children = [getattr(expr, name) for name in ("a", "b", "value", "condition", "true_value", "false_value") if hasattr(expr, name)]
+    children += list(getattr(expr, "args", ()))
+    return any(isinstance(c, tvm.ir.expr.Expr) and _div_mod_of(c, var) for c in children)

@@ -1,0 +1,154 @@
+"""The register-tiled contraction schedule shared by the matmul, convolution and pooling rules.
+
+One reduction block ``out[s..., i, ..., j] = reduce(r...)`` whose output is
+indexed last by the spatial iterator ``j``: ``j`` is vectorised over the host
+vector width (two vectors per tile), a row axis ``i`` that the ``j``-dependent
+operand does not use is unrolled ``TILE_I`` times (so each loaded vector feeds
+``TILE_I`` FMAs), the tile accumulates in registers (``cache_write`` to
+``local``), producers (padding, transposes) are inlined, the epilogue (bias,
+activation, residual) is inlined into the write-back, and the outer tile
+loops are fused and run in parallel.
+"""
+from __future__ import annotations
+
+from tvm import s_tir
+from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_region
+
+from .base import extent_of, parallel_vectorize, uses_div_mod
+
+__all__ = ["ContractionShape", "contraction_shape", "tile_contraction"]
+
+TILE_I = 8  #: rows of the register tile
+VECTORS_J = 2  #: vectors per row of the register tile
+
+
+class ContractionShape:
+    """Where the one reduction block of a function sits, and the axes to tile."""
+
+    def __init__(self, block, block_index: int, spatial: int, reduce: int, i_axis: int | None):
+        self.block = block
+        self.block_index = block_index
+        self.spatial = spatial  # leading S iterators
+        self.reduce = reduce  # trailing R iterators
+        self.i_axis = i_axis  # spatial iterator to unroll as tile rows (None: one row)
+
+
+def contraction_shape(sch: s_tir.Schedule, blocks: list) -> ContractionShape | None:
+    """The contraction in `blocks` (normalised SBlockInfos), or None unless there is exactly one.
+
+    Every other block must be injective; the reduction block's iterators must be
+    ``S...S R...R`` and its output's last index its last spatial iterator.
+    """
+    reductions = [k for k, info in enumerate(blocks) if not info.is_injective()]
+    if len(reductions) != 1:
+        return None
+    index = reductions[0]
+    info = blocks[index]
+    kinds = info.dom_kind()
+    spatial = len(kinds) - len(kinds.lstrip("S"))
+    if spatial == 0 or kinds[spatial:] != "R" * (len(kinds) - spatial):
+        return None
+    stmt = sch.get(info.block_rv)
+    if len(stmt.writes) != 1:
+        return None
+    j_var = stmt.iter_vars[spatial - 1].var
+    last = stmt.writes[0].region[-1].min
+    if not last.same_as(j_var) or uses_div_mod(sch, info.block_rv, spatial - 1):
+        return None
+    # i: a spatial iterator that no j-dependent read uses (matmul: M; NCHW conv: output channels).
+    j_reads = []
+    for region in stmt.reads:
+        used = collect_block_iter_vars_used_in_access_region(stmt, region.region)
+        if any(v.same_as(j_var) for v in used):
+            j_reads.append(used)
+    i_axis = None
+    for k in range(spatial - 2, -1, -1):
+        var = stmt.iter_vars[k].var
+        if all(not any(v.same_as(var) for v in used) for used in j_reads):
+            i_axis = k
+            break
+    return ContractionShape(info.block_rv, index, spatial, len(kinds) - spatial, i_axis)
+
+
+def pick_j_tile(extent: int | None, lanes: int, vectors: int) -> tuple[int, int]:
+    """(tile, vector width) along j: a tile that divides the extent when one fills vectors well.
+
+    Extents such as 7, 14, 28 or 56 (conv widths) get 7-, 14- or 28-wide tiles
+    instead of a 32-wide tile with a bounds check, which the vectoriser
+    would turn back into scalar code; symbolic or awkward extents get the
+    full tile and a checked tail.
+    """
+    full = (lanes * vectors, lanes)
+    if extent is None or extent % full[0] == 0:
+        return full
+    best, best_score = full, 0.0
+    for tile in range(1, min(extent, lanes * vectors) + 1):
+        if extent % tile:
+            continue
+        vec = next(v for v in range(min(tile, lanes), 0, -1) if tile % v == 0)
+        score = tile / (tile // vec * lanes)  # useful lanes per vector register used
+        if score > best_score or (score == best_score and tile > best[0]):
+            best, best_score = (tile, vec), score
+    return best if best_score >= 0.4 else full
+
+
+def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape, lanes: int,
+                     tile_i: int = TILE_I, vectors_j: int = VECTORS_J, inline_producers: bool = True,
+                     j_major: bool = False) -> s_tir.Schedule:
+    """Apply the register-tiled schedule (see the module docstring); raises on any schedule error.
+
+    `inline_producers=False` keeps producers (padding) as their own parallel,
+    vectorised loops: a padded copy is cheap, bounds checks in the tile are not.
+    """
+    block = shape.block
+    for info in blocks[: shape.block_index]:
+        if inline_producers:
+            sch.compute_inline(info.block_rv)
+        else:
+            parallel_vectorize(sch, info.block_rv, lanes)
+    # Epilogue: inline its intermediates, keep the block that writes the output.
+    epilogue = [info.block_rv for info in blocks[shape.block_index + 1:]]
+    for rv in epilogue[:-1]:
+        sch.compute_inline(rv)
+
+    loops = sch.get_loops(block)
+    spatial, reduce = list(loops[: shape.spatial]), list(loops[shape.spatial:])
+    tile_j, vec = pick_j_tile(extent_of(sch, spatial[-1]), lanes, vectors_j)
+    if tile_j <= lanes:
+        tile_i *= 2  # one vector per row: more rows keep enough FMAs in flight
+    j_outer, j_tile = sch.split(spatial[-1], factors=[None, tile_j])
+    j_vec_outer, j_vec = sch.split(j_tile, factors=[None, vec])
+    outer = spatial[:-1]
+    rows = []
+    if shape.i_axis is not None and tile_i > 1:
+        i_loop = outer[shape.i_axis]
+        i_extent = extent_of(sch, i_loop)
+        if i_extent is None or i_extent > 1:
+            i_outer, i_tile = sch.split(i_loop, factors=[None, min(tile_i, i_extent or tile_i)])
+            outer[shape.i_axis] = i_outer
+            rows = [i_tile]
+    # The tile loops, outermost first; j_major puts the j tiles outside the row tiles, so a
+    # K x tile_j panel of the j-operand (matmul weights) stays in cache for every row tile.
+    tiles = [*outer, j_outer]
+    if j_major and shape.i_axis is not None:
+        tiles = [*outer[: shape.i_axis], j_outer, *outer[shape.i_axis:]]
+    sch.reorder(*tiles, *reduce, *rows, j_vec_outer, j_vec)
+
+    write_back = sch.cache_write(block, 0, "local")
+    if epilogue:
+        sch.reverse_compute_inline(epilogue[-1])
+    sch.reverse_compute_at(write_back, tiles[-1], preserve_unit_loops=True)
+    wb_loops = sch.get_loops(write_back)[len(tiles):]
+    if wb_loops:
+        sch.vectorize(sch.split(wb_loops[-1], factors=[None, vec])[-1])
+
+    sch.parallel(sch.fuse(*tiles))
+    for loop in rows:
+        sch.unroll(loop)
+    sch.unroll(j_vec_outer)
+    sch.vectorize(j_vec)
+    if reduce:
+        init = sch.decompose_reduction(block, reduce[0])
+        init_loops = sch.get_loops(init)
+        sch.vectorize(init_loops[-1])
+    return sch

@@ -1,0 +1,44 @@
+"""Elementwise, broadcast and layout kernels (every block injective).
+
+Intermediates are inlined; each remaining block runs its outer loops in
+parallel and vectorises the innermost one. Loops are never all fused into one
+(broadcasts would turn into div/mod gathers), and an innermost axis read
+through a division or modulo (Tile, reshapes) stays scalar: TVM 0.27's AVX-512
+codegen has been seen to miscompile those gathers once vectorised.
+"""
+from __future__ import annotations
+
+from tvm import s_tir
+
+from .base import CpuRule, parallel_vectorize, vector_lanes
+
+__all__ = ["Injective"]
+
+
+class Injective(CpuRule):
+    """All blocks injective: inline intermediates, parallel outer loops, vectorise the innermost."""
+
+    name = "injective"
+
+    def schedule(self, sch, blocks, target):
+        if not all(info.is_injective() for info in blocks):
+            return None
+        for info in blocks[:-1]:
+            try:
+                sch.compute_inline(info.block_rv)
+            except s_tir.ScheduleError:
+                pass  # e.g. a block with two consumers that cannot be recomputed: keep it
+        lanes = vector_lanes(target)
+        root = sch.get_sblock("root") if _has_root(sch) else None
+        remaining = sch.get_child_blocks(root) if root is not None else [blocks[-1].block_rv]
+        for block in remaining:
+            parallel_vectorize(sch, block, lanes)
+        return sch
+
+
+def _has_root(sch: s_tir.Schedule) -> bool:
+    try:
+        sch.get_sblock("root")
+        return True
+    except Exception:  # noqa: BLE001
+        return False

@@ -1,0 +1,19 @@
+"""Matmul, dense and batch matmul: ``C[b.., i, j] = sum_k A[b.., i, k] * B[b.., k, j]`` plus epilogue."""
+from __future__ import annotations
+
+from .base import CpuRule, vector_lanes
+from .core import contraction_shape, tile_contraction
+
+__all__ = ["Matmul"]
+
+
+class Matmul(CpuRule):
+    """One reduction axis, two operands: register tile 8 rows x 2 vectors, epilogue fused."""
+
+    name = "matmul"
+
+    def schedule(self, sch, blocks, target):
+        shape = contraction_shape(sch, blocks)
+        if shape is None or shape.reduce != 1 or len(sch.get(shape.block).reads) < 2:
+            return None
+        return tile_contraction(sch, blocks, shape, vector_lanes(target), j_major=True)

@@ -1,0 +1,84 @@
+"""Tuning tasks: the fused TIR kernels of every TVM partition, deduplicated across partitions and models."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import tvm
+import tvm_ffi
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.analysis import estimate_tir_flops
+
+from ..api.claim import SubgraphClaim
+from ..graph.model import GraphView
+from ..lower.build import import_onnx, partition_model
+from ..lower.pipeline import fusion_passes
+
+__all__ = ["TuningTask", "extract_tasks", "fuse"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TuningTask:
+    """One distinct kernel: how often the models call it, and its cost per call."""
+
+    name: str
+    workload: str  # structural hash of the kernel: the identity MetaSchedule's database uses
+    extracted: ms.ExtractedTask
+    weight: int
+    flops: float
+    partitions: list[str] = field(default_factory=list)
+
+    @property
+    def weighted_flops(self) -> float:
+        return self.weight * max(self.flops, 1.0)
+
+
+def fuse(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """The module as lowering sees it when tuning records are applied (after operator fusion)."""
+    with target:
+        return tvm.transform.Sequential(fusion_passes(target))(mod)
+
+
+def extract_tasks(
+    partitions: Sequence[tuple[GraphView, SubgraphClaim]], target: tvm.target.Target
+) -> list[TuningTask]:
+    """Tasks of all partitions, merged by workload, heaviest (weight x flops) first."""
+    tasks: dict[str, TuningTask] = {}
+    skipped: list[str] = []
+    for graph, claim in partitions:
+        fused = fuse(import_onnx(partition_model(graph, claim.nodes, claim.name)), target)
+        for extracted in ms.relax_integration.extract_tasks(fused, target):
+            if extracted.mod.attrs is not None and extracted.mod.attrs.get("tirx.is_scheduled", False):
+                continue
+            kernel = extracted.dispatched[0]
+            if not _static(kernel):
+                skipped.append(extracted.task_name)
+                continue
+            workload = str(tvm_ffi.structural_hash(kernel))
+            task = tasks.get(workload)
+            if task is None:
+                try:
+                    flops = float(estimate_tir_flops(kernel))
+                except Exception:  # dynamic shapes have no static flop count
+                    flops = 0.0
+                task = tasks[workload] = TuningTask(extracted.task_name, workload, extracted, 0, flops)
+            task.weight += int(extracted.weight)
+            task.partitions.append(claim.name)
+    if skipped:
+        log.warning(
+            "%d kernel(s) have symbolic shapes, which MetaSchedule cannot tune (%s); fix the dims "
+            "(tune_model(free_dims={'N': 64}) / --dim N=64) to tune them", len(skipped), ", ".join(sorted(set(skipped))[:5]),
+        )
+    return sorted(tasks.values(), key=lambda t: (-t.weighted_flops, t.name))
+
+
+def _static(kernel: tvm.IRModule) -> bool:
+    for func in kernel.functions.values():
+        for buffer in getattr(func, "params", ()):
+            shape = getattr(buffer, "shape", ())
+            if any(not isinstance(d, tvm.tirx.IntImm) for d in shape):
+                return False
+    return True

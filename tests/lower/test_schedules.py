@@ -1,0 +1,199 @@
+"""Default CPU schedules: every rule matches onnxruntime on awkward shapes, and actually applies.
+
+Tolerances: fp32 results within rtol=1e-4, atol=1e-4 of onnxruntime; kernels
+with exp/erf/tanh (fast-math polynomials) within rtol=atol=1e-3.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+
+import nxrt_tvm as nx
+from nxrt_tvm.lower import pipeline
+from nxrt_tvm.lower.build import import_onnx
+from nxrt_tvm.lower.schedules import RULE_ATTR, CpuRule, cpu_schedule_passes, pre_legalize_passes
+from nxrt_tvm.lower.schedules.base import ApplySchedules
+from nxrt_tvm.lower.target import make_target
+
+TARGET = make_target("llvm")
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        initializer=[numpy_helper.from_array(RNG.standard_normal(s).astype(np.float32), n) for n, s in inits],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.output}
+    for out in model.graph.output:
+        out.CopyFrom(inferred[out.name])
+    return model
+
+
+def matmul_bias_relu(m, k, n):
+    return _model([helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"]),
+                   helper.make_node("Relu", ["z"], ["out"])], [("x", [m, k])], ["out"], [("w", [k, n]), ("b", [n])])
+
+
+def gemm_trans_b(m, k, n):
+    return _model([helper.make_node("Gemm", ["x", "w", "b"], ["out"], transB=1)], [("x", [m, k])], ["out"],
+                  [("w", [n, k]), ("b", [n])])
+
+
+def batch_matmul(b, m, k, n):
+    return _model([helper.make_node("MatMul", ["x", "y"], ["out"])], [("x", [b, m, k]), ("y", [b, k, n])], ["out"])
+
+
+def conv(n, c, h, w, oc, kernel, stride, pad):
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[kernel] * 2, strides=[stride] * 2, pads=[pad] * 4),
+             helper.make_node("Relu", ["y"], ["out"])]
+    return _model(nodes, [("x", [n, c, h, w])], ["out"], [("w", [oc, c, kernel, kernel]), ("b", [oc])])
+
+
+def pool(op, shape, **attrs):
+    return _model([helper.make_node(op, ["x"], ["out"], **attrs)], [("x", shape)], ["out"])
+
+
+def softmax(shape):
+    return _model([helper.make_node("Softmax", ["x"], ["out"], axis=-1)], [("x", shape)], ["out"])
+
+
+def layer_norm(shape):
+    return _model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["out"], axis=-1, epsilon=1e-5)],
+                  [("x", shape)], ["out"], [("g", shape[-1:]), ("b", shape[-1:])])
+
+
+def elementwise(shape):
+    nodes = [helper.make_node("Add", ["x", "b"], ["y"]), helper.make_node("Erf", ["y"], ["z"]),
+             helper.make_node("Mul", ["z", "x"], ["out"])]
+    return _model(nodes, [("x", shape)], ["out"], [("b", shape[-1:])])
+
+
+def transpose(shape):
+    return _model([helper.make_node("Transpose", ["x"], ["out"], perm=[0, 2, 1])], [("x", shape)], ["out"])
+
+
+def tile(shape, reps):
+    reps = helper.make_node("Constant", [], ["reps"], value=numpy_helper.from_array(np.array(reps, dtype=np.int64)))
+    return _model([reps, helper.make_node("Tile", ["x", "reps"], ["out"])], [("x", shape)], ["out"])
+
+
+CASES = {
+    # name: (model, rule expected to schedule the main kernel, tolerance)
+    "matmul_1x7x13": (matmul_bias_relu(1, 7, 13), "matmul", 1e-4),
+    "matmul_5x33x17": (matmul_bias_relu(5, 33, 17), "matmul", 1e-4),
+    "matmul_64x48x40": (matmul_bias_relu(64, 48, 40), "matmul", 1e-4),
+    "gemm_transB_3x19x1000": (gemm_trans_b(3, 19, 1000), "matmul", 1e-4),
+    "batch_matmul_2x5x7x19": (batch_matmul(2, 5, 7, 19), "matmul", 1e-4),
+    "conv3x3_1x3x9x11": (conv(1, 3, 9, 11, 5, 3, 1, 1), "conv", 1e-4),
+    "conv3x3s2_2x8x15x15": (conv(2, 8, 15, 15, 17, 3, 2, 1), "conv", 1e-4),
+    "conv1x1_1x16x7x7": (conv(1, 16, 7, 7, 24, 1, 1, 0), "conv", 1e-4),
+    "maxpool3x3s2_1x5x13x13": (pool("MaxPool", [1, 5, 13, 13], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4), "pooling", 1e-4),
+    "avgpool2x2_2x3x9x9": (pool("AveragePool", [2, 3, 9, 9], kernel_shape=[2, 2], strides=[2, 2]), "pooling", 1e-4),
+    "globalavgpool_1x19x7x7": (pool("GlobalAveragePool", [1, 19, 7, 7]), "normalization", 1e-4),
+    "softmax_3x17": (softmax([3, 17]), "normalization", 1e-3),
+    "softmax_2x4x33": (softmax([2, 4, 33]), "normalization", 1e-3),
+    "layernorm_5x37": (layer_norm([5, 37]), "normalization", 1e-4),
+    "elementwise_3x17x19": (elementwise([3, 17, 19]), "injective", 1e-3),
+    "transpose_2x17x33": (transpose([2, 17, 33]), "injective", 1e-4),
+    "tile_3x5": (tile([3, 5], [2, 7]), "injective", 1e-4),
+}
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    inits = {t.name for t in model.graph.initializer}
+    return {
+        i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+        for i in model.graph.input if i.name not in inits
+    }
+
+
+def _lowered(model: onnx.ModelProto, schedule_passes=None) -> tvm.IRModule:
+    """The Relax module after the whole lowering pipeline, before TIR codegen."""
+    lowering = pipeline.Lowering(schedule_passes=None if schedule_passes is None else tuple(schedule_passes))
+    return pipeline.lowering_pipeline(TARGET, lowering)(import_onnx(model))
+
+
+def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
+    return {gv.name_hint: f for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def _run_both(model: onnx.ModelProto, tol: float, schedule_passes=None):
+    feeds = _feeds(model)
+    session = nx.InferenceSession(model, provider_options=[{"target": "llvm", "schedule_passes": schedule_passes}, {}])
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = session.run(None, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    return session
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rule_matches_onnxruntime_and_applies(case):
+    model, rule, tol = CASES[case]
+    _run_both(model, tol)
+    funcs = _prim_funcs(_lowered(model))
+    applied = {str(f.attrs[RULE_ATTR]) for f in funcs.values() if f.attrs is not None and RULE_ATTR in f.attrs}
+    assert rule in applied, (case, applied)
+    scheduled = [f for f in funcs.values() if f.attrs is not None and f.attrs.get(RULE_ATTR) == rule]
+    script = "\n".join(f.script() for f in scheduled)
+    assert "T.parallel" in script
+    if rule != "normalization" and case != "tile_3x5":  # dlight's Reduction keeps short rows scalar; Tile stays scalar
+        assert "T.vectorized" in script
+
+
+def test_tile_gathers_stay_scalar():
+    funcs = _prim_funcs(_lowered(CASES["tile_3x5"][0]))
+    script = "\n".join(f.script() for f in funcs.values())
+    assert "T.vectorized" not in script  # modulo gathers: AVX-512 codegen miscompiles them vectorised
+
+
+def test_no_rules_builds_tvm_default_and_matches():
+    for case in ("matmul_5x33x17", "conv3x3s2_2x8x15x15", "softmax_3x17"):
+        model, _, tol = CASES[case]
+        session = _run_both(model, tol, schedule_passes=[])
+        kernels = [v for k in session._kernels for v in k.variants()]
+        assert kernels and all(v.variant == "tvm-default" for v in kernels)
+        funcs = _prim_funcs(_lowered(model, schedule_passes=[]))
+        assert not any(f.attrs is not None and RULE_ATTR in f.attrs for f in funcs.values())
+
+
+class _Broken(CpuRule):
+    name = "broken"
+
+    def schedule(self, sch, blocks, target):
+        sch.vectorize(sch.get_loops(blocks[0].block_rv)[0])  # not a legal schedule for reductions
+        sch.decompose_reduction(blocks[0].block_rv, sch.get_loops(blocks[0].block_rv)[0])
+        raise RuntimeError("a rule bug")
+
+
+def test_failing_rule_keeps_default_and_build_succeeds():
+    passes = [ApplySchedules([_Broken()])]
+    model, _, tol = CASES["matmul_5x33x17"]
+    _run_both(model, tol, schedule_passes=passes)
+    funcs = _prim_funcs(_lowered(model, schedule_passes=passes))
+    assert not any(f.attrs is not None and RULE_ATTR in f.attrs for f in funcs.values())
+
+
+def test_schedule_phase_sits_after_fusion_and_only_on_llvm():
+    names = [p.info.name for p in pipeline.lowering_passes(TARGET)]
+    assert names.index("FastMathTransform") < names.index("LegalizeOps")
+    assert names.index("FuseTIR") + 2 == names.index("nxrt_tvm.ApplyCpuSchedules")  # after the variant recorder
+    cuda = make_target("cuda")
+    assert not cpu_schedule_passes(cuda) and not pre_legalize_passes(cuda)
+    cuda_names = [p.info.name for p in pipeline.lowering_passes(cuda)]
+    assert "nxrt_tvm.ApplyCpuSchedules" not in cuda_names and "FastMathTransform" not in cuda_names
+    custom = [tvm.relax.transform.FoldConstant()]
+    custom_names = [p.info.name for p in pipeline.lowering_passes(TARGET, pipeline.Lowering(schedule_passes=tuple(custom)))]
+    assert custom_names.count("FastMathTransform") == 0

@@ -1,0 +1,131 @@
+"""Tuning with tiny budgets: a valid per-device database, resume, device keys, records applied, RPC on loopback."""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import nxrt_tvm as nx
+from nxrt_tvm.lower.target import make_target
+from nxrt_tvm.tuning import device_key, open_database
+from parity import assert_parity, ort_run
+
+TRIALS = 4
+
+
+def _matmul_model():
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 48])],
+        [weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("tuning_logs")
+    report = nx.tune_model(_matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=logs, progress=False)
+    return logs, report
+
+
+def test_small_budget_writes_a_valid_database(tuned):
+    logs, report = tuned
+    key = device_key(make_target("llvm"))
+    assert report.device_key == key and report.directory == logs / key
+    assert len(report.tasks) == 1 and report.trials == TRIALS and report.tasks[0].best_us > 0
+    db = open_database(logs, make_target("llvm"))
+    assert db is not None and len(db) >= 1
+    with open(report.directory / "database_tuning_record.json") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    assert records and all(len(r) == 2 for r in records)  # [workload index, record]
+
+
+def test_resume_adds_nothing_for_finished_tasks(tuned):
+    logs, _ = tuned
+    before = (logs / device_key(make_target("llvm")) / "database_tuning_record.json").read_bytes()
+    started = time.perf_counter()
+    again = nx.tune_model(_matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=logs, progress=False)
+    assert again.trials == 0 and all(t.skipped for t in again.tasks)
+    assert (logs / device_key(make_target("llvm")) / "database_tuning_record.json").read_bytes() == before
+    assert time.perf_counter() - started < 60
+
+
+def test_records_apply_to_this_device_only(tuned, tmp_path):
+    logs, _ = tuned
+    model = _matmul_model()
+    feeds = {"x": np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)}
+    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(logs)}, {}])
+    variants = [v for k in sess._kernels for v in k.variants()]
+    assert [v.variant for v in variants] == ["tuned"]
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+
+    # The same records under another device's key must not be applied here.
+    other = tmp_path / "logs"
+    shutil.copytree(logs / device_key(make_target("llvm")), other / "llvm-x86_64-othercpu-2c-00000000")
+    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(other)}, {}])
+    assert all(v.variant != "tuned" for k in sess._kernels for v in k.variants())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_server(port: int, key: str, timeout: float = 60.0) -> None:
+    """Until the tracker lists a free server for `key` (starting Python processes takes a while here)."""
+    from tvm import rpc
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            summary = rpc.connect_tracker("127.0.0.1", port).summary()
+            if any(key in str(q) for q in summary.get("queue_info", {})):
+                return
+        except Exception:  # the tracker is still starting
+            pass
+        time.sleep(1)
+    raise AssertionError(f"no RPC server registered under {key!r} within {timeout} s")
+
+
+def test_rpc_tuning_on_loopback(tmp_path):
+    port = _free_port()
+    tracker = subprocess.Popen(  # loopback only: both would bind 0.0.0.0 unless told
+        [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    server = None
+    try:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--tracker", f"127.0.0.1:{port}",
+             "--key", "nxrt-test", "--custom-addr", "127.0.0.1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        _wait_for_server(port, "nxrt-test")
+        report = nx.tune_model(
+            _matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=tmp_path, progress=False,
+            rpc_tracker=f"127.0.0.1:{port}", rpc_key="nxrt-test",
+        )
+        assert report.trials == TRIALS and report.tasks[0].best_us > 0
+    finally:
+        for proc in (server, tracker):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def test_bad_rpc_arguments():
+    with pytest.raises(nx.InvalidProviderOptions, match="HOST:PORT"):
+        nx.tune_model(_matmul_model(), trials=1, rpc_tracker="localhost", rpc_key="k", progress=False)
