@@ -41,6 +41,7 @@ def compile_model(
     embed: bool = True,
     weightless: bool = False,
     keep_source: bool = True,
+    tuning_logs: str | os.PathLike | None = None,
     provider_options: Mapping[str, Any] | None = None,
     progress: bool | None = None,
 ) -> CompileReport:
@@ -50,11 +51,15 @@ def compile_model(
     `output` (paths relative to it). `weightless` keeps weights out of the
     blobs (bound from the model's initializers at load). `keep_source` keeps
     each partition's ONNX subgraph as a model-local function, so hosts that
-    cannot load a blob can recompile or fall back.
+    cannot load a blob can recompile or fall back. `tuning_logs` applies the
+    records of this target's device key (see `nxrt_tvm.tuning`).
     """
     started = time.perf_counter()
     graph = load_model(model)
-    tvm_ep = TvmExecutionProvider(target=target, weightless=weightless, **dict(provider_options or {}))
+    options = dict(provider_options or {})
+    if tuning_logs is not None:
+        options["tuning_logs"] = tuning_logs
+    tvm_ep = TvmExecutionProvider(target=target, weightless=weightless, **options)
     tvm_ep.show_progress = progress
     plan = make_plan(graph, [tvm_ep, CPUExecutionProvider()])
     compiled = [p for p in plan.partitions if p.ep == tvm_ep.ep_id]

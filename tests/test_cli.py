@@ -49,3 +49,23 @@ def test_bad_model_is_an_error_not_a_traceback(capsys, tmp_path):
     bad.write_bytes(b"not a model")
     assert main(["plan", str(bad)]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_bench_reports_ratio_and_kernel_variants(capsys, tmp_path):
+    path = tmp_path / "cnn.onnx"
+    onnx.save(model_zoo.cnn(), path)
+    assert main(["bench", str(path), "--repeat", "3", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ratio"] > 0 and report["threads"] >= 1
+    assert sum(report["kernels"].values()) >= 1
+    assert all(v["reason"] for vs in report["variants"].values() for v in vs)
+
+
+def test_plan_shows_kernel_variants(capsys):
+    assert main(["plan"]) == 0
+    assert "kernels:" in capsys.readouterr().out
+
+
+def test_bad_dim_is_a_clear_error(capsys):
+    assert main(["plan", "--dim", "N"]) == 2
+    assert "NAME=SIZE" in capsys.readouterr().err

@@ -380,6 +380,7 @@ class TvmExecutionProvider(ExecutionProvider):
             inputs=tuple(TensorSignature.of(i) for i in kernel.inputs),
             outputs=tuple(TensorSignature.of(o) for o in kernel.outputs),
             weights=kernel.weight_names,
+            tuning_digest=self.lowering.database.digest if self.lowering.database is not None else "",
         )
 
     def load_context(
