@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..api.claim import Decline, SubgraphClaim
+from ..api.claim import Cost, Decline, SubgraphClaim
 from ..api.errors import NoEpForOp
 from ..api.kernel import KernelVariant
 from ..api.provider import ExecutionProvider
@@ -64,6 +64,8 @@ class PartitionPlan:
                 ops = " [" + ", ".join(f"{op} x{n}" if n > 1 else op for op, n in counts.most_common()) + "]"
             lines.append(f"  {p.name:<20} {str(p.ep):<22} {len(p.nodes):>4} nodes{ops}")
             lines.append(f"  {'':<20} in: {', '.join(p.inputs) or '-'}  out: {', '.join(p.outputs)}")
+            if p.cost.source != Cost().source:
+                lines.append(f"  {'':<20} cost: {p.cost}")
             kinds = Counter(v.variant for v in (variants or {}).get(p.name, ()))
             if kinds:
                 lines.append(f"  {'':<20} kernels: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from dataclasses import replace
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -13,8 +14,8 @@ from onnx import numpy_helper
 from tqdm import tqdm
 from tvm.relax.frontend.onnx import onnx_frontend
 
-from ..api.claim import ClaimResult, Decline, DeclineSignal, Rejected, SubgraphClaim, deny, require
-from ..api.device import EpId
+from ..api.claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, SubgraphClaim, deny, require
+from ..api.device import DeviceType, EpId
 from ..api.errors import CompileDisabled, CompileFailed, EpLoadFailed, InvalidProviderOptions, UnsupportedContext
 from ..api.kernel import Kernel, KernelVariant
 from ..api.tensor import aligned_empty
@@ -25,6 +26,7 @@ from ..lower.artifact import export_executable, load_executable
 from ..api.provider import ExecutionProvider
 from ..graph.model import GraphView
 from ..lower.build import compile_partition, locate_failure, partition_model, weight_names
+from ..lower.measure import measure_partition
 from ..lower.pipeline import Lowering
 from ..tuning.database import open_database
 from ..lower.kernel import TvmKernel
@@ -67,6 +69,8 @@ class TvmExecutionProvider(ExecutionProvider):
         "weightless",
         "cache_dir",
         "cache_max_bytes",
+        "claim_policy",
+        "cost_budget_s",
     )
 
     def __init__(
@@ -80,6 +84,8 @@ class TvmExecutionProvider(ExecutionProvider):
         weightless: bool | str = False,
         cache_dir: str | os.PathLike | None = None,
         cache_max_bytes: int | None = 2 * 1024**3,
+        claim_policy: str = "all",
+        cost_budget_s: float = 0.2,
     ):
         self.target = make_target(target)
         self.device = target_device(self.target)
@@ -94,6 +100,10 @@ class TvmExecutionProvider(ExecutionProvider):
         #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
         self.variants: dict[str, list[KernelVariant]] = {}
         self.weightless = str(weightless).lower() in ("1", "true")
+        if claim_policy not in ("all", "cost"):
+            raise InvalidProviderOptions(f"claim_policy must be 'all' or 'cost', got {claim_policy!r}")
+        self.claim_policy = claim_policy
+        self.cost_budget_s = float(cost_budget_s)
         # Set by the session from `session.disable_model_compile`: any compile is then an error.
         self.compile_disabled = False
         self.cache = None if cache_dir is None else CompileCache(cache_dir, None if cache_max_bytes is None else as_int("cache_max_bytes", cache_max_bytes, 1))
@@ -209,9 +219,14 @@ class TvmExecutionProvider(ExecutionProvider):
                 accepted.discard(i)
                 declines.append(self._decline(NodeContext(graph, i), signal))
         kept = []
+        costs: dict[tuple[int, ...], Cost] = {}
         for group in groups:
             if len(group) >= self.min_subgraph_size:
-                kept.append(group)
+                slower = self._cost(graph, group, costs) if self.claim_policy == "cost" else None
+                if slower is None:
+                    kept.append(group)
+                    continue
+                declines.extend(self._decline(NodeContext(graph, i), slower) for i in group)
                 continue
             for i in group:
                 signal = DeclineSignal(
@@ -221,7 +236,32 @@ class TvmExecutionProvider(ExecutionProvider):
                     "lower min_subgraph_size to compile small partitions",
                 )
                 declines.append(self._decline(NodeContext(graph, i), signal))
-        return ClaimResult(make_claims(graph, self.ep_id, kept, "tvm"), tuple(declines))
+        claims = tuple(
+            replace(c, cost=costs.get(c.nodes, Cost())) for c in make_claims(graph, self.ep_id, kept, "tvm")
+        )
+        return ClaimResult(claims, tuple(declines))
+
+    def _cost(self, graph: GraphView, group: tuple[int, ...], costs: dict) -> DeclineSignal | None:
+        """claim_policy='cost': measure the built partition against onnxruntime; a decline if TVM is slower."""
+        name = partition_name(graph, group, "tvm")
+        built = self._built.get(name)
+        timing = None
+        if built is not None and self.device.type is DeviceType.CPU:
+            timing = measure_partition(graph, group, name, built[0], self.cost_budget_s)
+        if timing is None:
+            costs[group] = Cost(None, "unmeasured (symbolic sizes); kept")
+            return None
+        tvm_us, ort_us = timing
+        costs[group] = Cost(tvm_us, f"measured; fallback {ort_us:.1f} us")
+        if tvm_us <= ort_us:
+            return None
+        return DeclineSignal(
+            Rejected.PARTITION,
+            f"claim_policy='cost': its partition ({len(group)} nodes) measured {tvm_us:.1f} us on TVM "
+            f"vs {ort_us:.1f} us on the fallback",
+            "partitions expected to run faster on TVM than on the fallback",
+            "tune it (nxrt-tvm tune) or use claim_policy='all' to compile it anyway",
+        )
 
     def _verify(self, graph: GraphView, group: tuple[int, ...]) -> dict[int, DeclineSignal]:
         """Nodes to decline so that `group` compiles: consumers of untyped boundary values, or the import culprit."""

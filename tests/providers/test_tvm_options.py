@@ -54,3 +54,31 @@ def test_bad_options_are_typed_errors():
         nx.InferenceSession(model_zoo.mlp(), provider_options=[{}])
     with pytest.raises(nx.InvalidProviderOptions, match="tvm.transform.Pass"):
         nx.InferenceSession(model_zoo.mlp(), provider_options=[{"passes": ["FoldConstant"]}, {}])
+
+
+def test_cost_policy_declines_a_partition_slower_than_the_fallback():
+    """Naive TVM loops (no schedule rules) lose to onnxruntime on a 256x256x256 matmul: the cost policy declines it."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])], [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    naive = {"schedule_passes": [], "claim_policy": "cost"}
+    sess = nx.InferenceSession(model, provider_options=[naive, {}])
+    assert [str(p.ep) for p in sess.plan.partitions] == ["CPUExecutionProvider"]
+    (decline,) = sess.plan.declines
+    assert decline.rejected is nx.Rejected.PARTITION and "claim_policy='cost'" in decline.detail and " us on TVM" in decline.detail
+    kept = nx.InferenceSession(model, provider_options=[{"schedule_passes": [], "claim_policy": "all"}, {}])
+    assert [str(p.ep) for p in kept.plan.partitions] == ["TvmExecutionProvider"]
+
+
+def test_cost_policy_shows_its_estimate_in_the_plan():
+    sess = nx.InferenceSession(model_zoo.cnn(), provider_options=[{"claim_policy": "cost"}, {}])
+    costs = [p.cost for p in sess.plan.partitions]
+    assert all(c.source.startswith("measured") or c.source == "unestimated" for c in costs)
+    assert any(c.latency_us is not None for c in costs) or sess.plan.declines
