@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ import onnxruntime as ort  # noqa: E402
 
 import models  # noqa: E402  (benchmarks/models.py)
 import nxrt_tvm as nx  # noqa: E402
+from nxrt_tvm.timing import median_seconds  # noqa: E402
 from nxrt_tvm.data import default_model_path  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def _timed(fn) -> float:
 
 
 def _median(fn, n: int) -> float:
-    return statistics.median(_timed(fn) for _ in range(n))
+    return median_seconds(fn, n, warmup=0)
 
 
 def _deploy() -> nx.SessionOptions:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import models  # noqa: E402
 import nxrt_tvm  # noqa: E402
+from nxrt_tvm.timing import median_seconds  # noqa: E402
 import nxrt_tvm.data  # noqa: E402
 
 BENCH = {
@@ -53,13 +53,7 @@ def _model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 
 def median_ms(run, repeat: int) -> float:
-    run()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return 1e3 * median_seconds(run, repeat)
 
 
 def measure(name: str, repeat: int, threads: int, skip_naive: bool) -> dict:

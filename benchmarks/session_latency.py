@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,17 +24,7 @@ import onnxruntime as ort  # noqa: E402
 
 import model_zoo  # noqa: E402
 import nxrt_tvm as nx  # noqa: E402
-
-
-def _median_s(fn, repeat: int) -> float:
-    for _ in range(3):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
+from nxrt_tvm.timing import median_seconds  # noqa: E402
 
 
 def _cases():
@@ -64,8 +53,8 @@ def main() -> None:
         ready_s = time.perf_counter() - t
         got, want = sess.run(None, feeds), ref.run(None, feeds)
         diff = max(float(np.max(np.abs(g.astype(np.float64) - w))) if g.size else 0.0 for g, w in zip(got, want))
-        nx_s = _median_s(lambda: sess.run(None, feeds), args.repeat)
-        ort_s = _median_s(lambda: ref.run(None, feeds), args.repeat)
+        nx_s = median_seconds(lambda: sess.run(None, feeds), args.repeat, warmup=3)
+        ort_s = median_seconds(lambda: ref.run(None, feeds), args.repeat, warmup=3)
         by_ep = {}
         for p in sess.plan.partitions:
             by_ep[str(p.ep)] = by_ep.get(str(p.ep), 0) + 1

@@ -13,9 +13,7 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -26,17 +24,12 @@ import onnxruntime as ort  # noqa: E402
 import models  # noqa: E402
 import nxrt_tvm as nx  # noqa: E402
 from nxrt_tvm.lower.target import make_target  # noqa: E402
+from nxrt_tvm.timing import median_seconds  # noqa: E402
 from nxrt_tvm.tuning import device_key  # noqa: E402
 
 
 def _median_ms(fn, repeat: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(samples)
+    return 1e3 * median_seconds(fn, repeat)
 
 
 def main() -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from .partition.plan import make_plan
 from .ort.cli import add_cli as _add_ort_plugin_cli
 from .session import InferenceSession
 from .session_options import SessionOptions
+from .timing import median_seconds
 
 __all__ = ["main"]
 
@@ -108,16 +107,6 @@ def random_feeds(graph: GraphView, dims: dict[str, int], seed: int = 0) -> dict[
     return feeds
 
 
-def _time(fn, repeat: int) -> float:
-    fn()  # warm-up
-    samples = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
-
-
 def _kernel_variants(sess: InferenceSession) -> dict[str, list]:
     return {p.name: k.variants() for p, k in zip(sess.plan.partitions, sess._kernels) if k.variants()}
 
@@ -162,8 +151,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
             diffs[o.name] = {"max_abs_diff": err, "ok": bool(close)}
             ok &= bool(close)
-        nx_s = _time(lambda: sess.run(None, feeds), args.repeat)
-        ort_s = _time(lambda: ref.run(None, feeds), args.repeat)
+        nx_s = median_seconds(lambda: sess.run(None, feeds), args.repeat)
+        ort_s = median_seconds(lambda: ref.run(None, feeds), args.repeat)
         report["check"] = {"rtol": args.rtol, "atol": args.atol, "outputs": diffs, "ok": ok}
         report["latency_ms"] = {
             "nxrt_tvm": round(nx_s * 1e3, 4),
@@ -253,8 +242,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     sess = InferenceSession(model, _session_options(args), providers=providers, provider_options=options)
     feeds = random_feeds(sess.graph, _dims(args), args.seed)
     ref, threads = _reference(model)
-    nx_s = _time(lambda: sess.run(None, feeds), args.repeat)
-    ort_s = _time(lambda: ref.run(None, feeds), args.repeat)
+    nx_s = median_seconds(lambda: sess.run(None, feeds), args.repeat)
+    ort_s = median_seconds(lambda: ref.run(None, feeds), args.repeat)
     variants = _kernel_variants(sess)
     counts: dict[str, int] = {}
     for vs in variants.values():

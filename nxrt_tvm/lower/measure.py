@@ -1,8 +1,7 @@
 """Quick measurements for cost-aware claims: a compiled partition against onnxruntime on the same subgraph."""
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -11,20 +10,10 @@ from tvm import relax
 
 from ..api.tensor import aligned_empty
 from ..graph.model import GraphView
+from ..timing import median_seconds
 from .build import partition_model
 
 __all__ = ["measure_partition"]
-
-
-def _median_us(fn: Callable[[], object], budget_s: float) -> float:
-    fn()  # warm-up (first-call allocation, thread-pool start)
-    samples: list[float] = []
-    deadline = time.perf_counter() + budget_s
-    while len(samples) < 3 or (time.perf_counter() < deadline and len(samples) < 200):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return 1e6 * float(np.median(samples))
 
 
 def _inputs(graph: GraphView, names: Sequence[str]) -> list[np.ndarray] | None:
@@ -53,10 +42,10 @@ def measure_partition(
         return None
     vm = relax.VirtualMachine(module, tvm.cpu())
     args = [tvm.runtime.from_dlpack(a) for a in arrays]
-    tvm_us = _median_us(lambda: vm["main"](*args), budget_s / 2)
+    tvm_us = 1e6 * median_seconds(lambda: vm["main"](*args), 200, budget_s=budget_s / 2)
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(partition_model(graph, nodes, name).SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = dict(zip(inputs, arrays))
-    ort_us = _median_us(lambda: session.run(None, feeds), budget_s / 2)
+    ort_us = 1e6 * median_seconds(lambda: session.run(None, feeds), 200, budget_s=budget_s / 2)
     return tvm_us, ort_us
