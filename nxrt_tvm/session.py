@@ -104,8 +104,10 @@ class InferenceSession:
         fixed, preloaded = self._context_partitions(contexts)
         self.plan: PartitionPlan = make_plan(self._graph, self._providers, fixed)
         by_id = {p.ep_id: p for p in self._providers}
+        # A partition none of whose results is read (dead code in the model) is neither compiled nor run.
+        self._live = [p for p in self.plan.partitions if p.outputs]
         self._kernels: list[Kernel] = []
-        for partition in self.plan.partitions:
+        for partition in self._live:
             kernel = preloaded.get(partition.name)
             if kernel is None:
                 try:
@@ -150,7 +152,7 @@ class InferenceSession:
             raise InvalidProviderOptions("ep.context_enable on a model given as bytes needs ep.context_file_path")
         by_id = {p.ep_id: p for p in self._providers}
         contexts = {}
-        for partition, kernel in zip(self.plan.partitions, self._kernels):
+        for partition, kernel in zip(self._live, self._kernels):
             if partition.ep != FALLBACK_EP and partition.cost.source != "precompiled":
                 contexts[partition.name] = by_id[partition.ep].save_context(kernel)
         write_context_model(self._graph, self.plan, contexts, path, embed_mode=self.config.context_embed_mode)
@@ -171,13 +173,13 @@ class InferenceSession:
     def _lifetimes(self) -> list[list[str]]:
         """For each partition, the values no later partition reads: freed right after it runs."""
         last: dict[str, int] = {}
-        for k, p in enumerate(self.plan.partitions):
+        for k, p in enumerate(self._live):
             for name in p.inputs:
                 last[name] = k
             for name in p.outputs:
                 last.setdefault(name, k)
         keep = self._graph.output_names
-        release: list[list[str]] = [[] for _ in self.plan.partitions]
+        release: list[list[str]] = [[] for _ in self._live]
         for name, k in last.items():
             if name not in keep:
                 release[k].append(name)
@@ -197,10 +199,16 @@ class InferenceSession:
         views: dict[str, TensorView] = {}
         for name, value in feeds.items():
             info = self._inputs[name]
+            if name in self._graph.other_types:  # a sequence or optional: onnxruntime checks it where it is used
+                views[name] = value
+                continue
             if not hasattr(value, "__dlpack__"):
                 if not isinstance(value, (np.ndarray, np.generic, list, tuple, int, float, bool)):
                     raise InputTypeMismatch(f"input {name!r}: expected a numpy array, got {type(value).__name__}")
-                value = np.asarray(value)
+                try:
+                    value = np.asarray(value)
+                except ValueError as exc:  # ragged nested lists and the like
+                    raise InputTypeMismatch(f"input {name!r}: cannot be read as an array ({exc}); pass a numpy array") from exc
             if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
                 value = np.ascontiguousarray(value)
             view = TensorView(value)
@@ -242,9 +250,10 @@ class InferenceSession:
                 env.pop(name, None)
         return [self._fetch(name, env) for name in wanted]
 
-    def _fetch(self, name: str, env: dict[str, TensorView]) -> np.ndarray:
+    def _fetch(self, name: str, env: dict[str, Any]) -> Any:
         if name in env:
-            return env[name].numpy()
+            value = env[name]
+            return value.numpy() if isinstance(value, TensorView) else value  # sequences stay lists
         value = self._graph.constant(name)  # an output that is an initializer
         if value is None:
             raise AssertionError(f"output {name!r} was not computed")

@@ -41,11 +41,16 @@ def extract_model(
         for o in sorted(produced - set(outputs))
         if o in graph.value_info and graph.value_info[o].elem_type is not None
     ]
+    def boundary_proto(value: str) -> onnx.ValueInfoProto:
+        if value in graph.other_types:  # a sequence or optional keeps its declared type
+            return graph.other_types[value]
+        return (infos.get(value) or graph.info(value)).to_proto()
+
     body = helper.make_graph(
         [graph.nodes[i] for i in members],
         name,
-        [(infos.get(n) or graph.info(n)).to_proto() for n in inputs],
-        [graph.info(n).to_proto() for n in outputs],
+        [boundary_proto(n) for n in inputs],
+        [boundary_proto(n) for n in outputs],
         initializer=initializers,
         value_info=value_info,
     )

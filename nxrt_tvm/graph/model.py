@@ -133,6 +133,11 @@ class GraphView:
         self.opsets: dict[str, int] = {normalize_domain(o.domain): o.version for o in model.opset_import}
         self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
         self.value_info: dict[str, ValueInfo] = {}
+        #: declared types that are not tensors (sequences, optionals): kept whole for extraction
+        self.other_types: dict[str, onnx.ValueInfoProto] = {
+            vi.name: vi for vi in [*graph.input, *graph.output, *graph.value_info]
+            if vi.type.WhichOneof("value") not in (None, "tensor_type")
+        }
         for vi in [*graph.input, *graph.output, *graph.value_info]:
             info = ValueInfo.from_proto(vi)
             if vi.name not in self.value_info or self.value_info[vi.name].elem_type is None:

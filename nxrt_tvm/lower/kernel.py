@@ -26,20 +26,18 @@ def _to_tvm(view: TensorView, device: DeviceId, tvm_dev: tvm.runtime.Device) -> 
     if view.device.type is not DeviceType.CPU:
         return tvm.runtime.from_dlpack(owner)
     array = view.numpy()
-    if (
-        array.flags.c_contiguous
-        and array.flags.writeable
-        and array.ctypes.data % ALIGNMENT == 0
-        and array.size > 0
-    ):
-        host = tvm.runtime.from_dlpack(array)
-    else:
-        staged = aligned_empty(array.shape, array.dtype)
-        staged[...] = array
-        host = tvm.runtime.from_dlpack(staged)
     if device.type is not DeviceType.CPU:  # host data for a GPU kernel: one explicit copy
-        return tvm.runtime.tensor(array, tvm_dev)
-    return host
+        return tvm.runtime.tensor(np.ascontiguousarray(array), tvm_dev)
+    if array.size == 0:  # nothing to share; DLPack producers disagree on empty tensors' pointers and strides
+        return tvm.runtime.empty(array.shape, str(array.dtype), tvm_dev)
+    if array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % ALIGNMENT == 0:
+        try:
+            return tvm.runtime.from_dlpack(array)
+        except (RuntimeError, BufferError):  # a layout DLPack cannot express as TVM wants it: copy below
+            pass
+    staged = aligned_empty(array.shape, array.dtype)
+    staged[...] = array
+    return tvm.runtime.from_dlpack(staged)
 
 
 class TvmKernel(Kernel):

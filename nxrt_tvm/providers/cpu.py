@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 
@@ -35,12 +36,13 @@ class OrtKernel(Kernel):
         self._session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
     def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
-        feeds = {name: view.numpy() for name, view in zip(self.input_names, inputs)}
+        # Sequences and optionals (lists, None) pass through as they are; tensors as host arrays.
+        feeds = {name: view.numpy() if isinstance(view, TensorView) else view for name, view in zip(self.input_names, inputs)}
         try:
             outputs = self._session.run(list(self.output_names), feeds)
         except Exception as exc:
             raise KernelFailed(f"onnxruntime failed on {self.output_names}: {exc}") from exc
-        return [TensorView(o) for o in outputs]
+        return [TensorView(o) if isinstance(o, np.ndarray) else o for o in outputs]
 
 
 class CPUExecutionProvider(ExecutionProvider):
