@@ -18,7 +18,24 @@ from .record import FORMAT_VERSION, EpContext, sha256_hex
 
 __all__ = ["hardware_of", "check_loadable"]
 
-_RECOMPILE = "recompile it on this host (`nxrt-tvm compile MODEL -o OUT`), or open it with on_mismatch='recompile' or 'fallback'"
+_RECOMPILE = (
+    "recompile it on this host (`nxrt-tvm compile MODEL -o OUT`), or open it with the session config "
+    "nxrt.context_on_mismatch='recompile' (or 'fallback')"
+)
+
+#: LLVM "features" that tune code generation rather than require hardware (the plugin's cpu.c keeps the same list).
+_TUNING_HINTS = frozenset({
+    "64bit-mode", "allow-light-256-bit", "branchfusion", "macrofusion", "idivq-to-divl", "idivl-to-divb",
+    "sbb-dep-breaking", "nopl", "fsrm", "ermsb", "lea-sp", "lea-uses-ag", "pad-short-functions",
+    "use-glm-div-sqrt-costs", "use-slm-arith-costs", "branch-hint", "harden-sls-ijmp", "harden-sls-ret",
+    "retpoline", "retpoline-external-thunk", "retpoline-indirect-branches", "retpoline-indirect-calls",
+    "lvi-cfi", "lvi-load-hardening", "seses", "inline-asm-use-gpr32",
+})
+_TUNING_PREFIXES = ("fast-", "slow-", "tuning-", "prefer-", "false-deps-", "avoid-", "no-bypass-delay")
+
+
+def _requires_hardware(feature: str) -> bool:
+    return feature not in _TUNING_HINTS and not feature.startswith(_TUNING_PREFIXES)
 
 
 @lru_cache(maxsize=None)
@@ -77,7 +94,7 @@ def _check_cpu(name: str, ctx: EpContext) -> None:
     arch = ctx.hardware_architecture.split("/", 1)[0]
     if arch != _triple_arch():
         raise ContextTargetMismatch(name, f"built for {arch} CPUs, this host is {_triple_arch()}", _RECOMPILE)
-    missing = sorted(set(ctx.cpu_features) - _cpu_features(host_cpu()))
+    missing = sorted(f for f in set(ctx.cpu_features) - _cpu_features(host_cpu()) if _requires_hardware(f))
     if missing:
         shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
         raise ContextTargetMismatch(
