@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
+from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from ..api.claim import SubgraphClaim
@@ -15,7 +17,7 @@ from ..graph.model import GraphView
 from ..lower.build import import_onnx, partition_model
 from ..lower.pipeline import fusion_passes
 
-__all__ = ["TuningTask", "extract_tasks", "fuse"]
+__all__ = ["TuningTask", "extract_tasks", "fuse", "has_reduction"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ def extract_tasks(
     """Tasks of all partitions, merged by workload, heaviest (weight x flops) first."""
     tasks: dict[str, TuningTask] = {}
     skipped: list[str] = []
+    movement: list[str] = []
     for graph, claim in partitions:
         fused = fuse(import_onnx(partition_model(graph, claim.nodes, claim.name)), target)
         for extracted in ms.relax_integration.extract_tasks(fused, target):
@@ -56,6 +59,9 @@ def extract_tasks(
             kernel = extracted.dispatched[0]
             if not _static(kernel):
                 skipped.append(extracted.task_name)
+                continue
+            if not has_reduction(kernel):
+                movement.append(extracted.task_name)
                 continue
             workload = str(tvm_ffi.structural_hash(kernel))
             task = tasks.get(workload)
@@ -72,7 +78,26 @@ def extract_tasks(
             "%d kernel(s) have symbolic shapes, which MetaSchedule cannot tune (%s); fix the dims "
             "(tune_model(free_dims={'N': 64}) / --dim N=64) to tune them", len(skipped), ", ".join(sorted(set(skipped))[:5]),
         )
+    if movement:
+        log.info(
+            "%d elementwise/data-movement kernel(s) left to the default schedule rules (memory-bound: "
+            "their parallel, vectorised loops are what tuning would find): %s",
+            len(movement), ", ".join(sorted(set(movement))[:5]),
+        )
     return sorted(tasks.values(), key=lambda t: (-t.weighted_flops, t.name))
+
+
+def has_reduction(kernel: tvm.IRModule) -> bool:
+    """Whether a kernel reduces (matmul, conv, pooling, norms): where tuning beats the default rules.
+
+    Measured here: records for transposes and reshapes came out 10-100x slower than
+    the default rules' loops after 16 trials, so such kernels are not tuned.
+    """
+    try:
+        infos = normalize_prim_func(s_tir.Schedule(kernel["main"]))
+    except Exception:  # analysis gaps: let tuning try
+        return True
+    return infos is None or any("R" in info.dom_kind() for info in infos)
 
 
 def _static(kernel: tvm.IRModule) -> bool:
