@@ -197,3 +197,19 @@ def test_schedule_phase_sits_after_fusion_and_only_on_llvm():
     custom = [tvm.relax.transform.FoldConstant()]
     custom_names = [p.info.name for p in pipeline.lowering_passes(TARGET, pipeline.Lowering(schedule_passes=tuple(custom)))]
     assert custom_names.count("FastMathTransform") == 0
+
+
+def test_symbolic_injective_kernels_keep_tvm_default():
+    """Symbolic extents: the injective rule steps aside (its bounds-checked tails ran 100x slower)."""
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0, 2])],
+        "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 12, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [12, "N", 64])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = nx.InferenceSession(model)
+    variants = [v.variant for k in session._kernels for v in k.variants()]
+    assert variants == ["tvm-default"]
+    x = RNG.standard_normal((3, 12, 64)).astype(np.float32)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], x.transpose(1, 0, 2))
