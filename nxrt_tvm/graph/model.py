@@ -369,7 +369,12 @@ def override_free_dims(model: onnx.ModelProto, overrides: dict[str, int]) -> Non
         for dim in value.type.tensor_type.shape.dim:
             if dim.HasField("dim_param") and dim.dim_param in overrides:
                 dim.dim_value = overrides[dim.dim_param]
-    del model.graph.value_info[:]  # re-inferred from the now static inputs
+    # Values ONNX inference recomputes from the now static inputs are dropped; the types of outputs of
+    # ops it knows nothing about (EPContext nodes, custom domains) can only come from the file: kept.
+    inferable = {o for n in model.graph.node if normalize_domain(n.domain) == "" for o in n.output}
+    kept = [vi for vi in model.graph.value_info if vi.name not in inferable]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(kept)
 
 
 def attributes(node: onnx.NodeProto) -> dict[str, Any]:

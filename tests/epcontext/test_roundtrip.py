@@ -9,7 +9,7 @@ import pytest
 
 import model_zoo
 import nxrt_tvm as nx
-from parity import assert_parity, ort_run
+from parity import DATA, assert_parity, ort_run
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.epcontext.loader import restore_sources
 
@@ -112,3 +112,16 @@ def test_symbolic_batch_survives_the_round_trip(tmp_path):
     for batch in (1, 9):
         feeds = {"x": np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)}
         assert_parity(sess.run(None, feeds), ort_run(src, feeds))
+
+
+def test_free_dimension_overrides_keep_epcontext_output_types(tmp_path):
+    """Fixing a symbolic dim must not drop the declared types of EPContext outputs (inference cannot redo them)."""
+    src = DATA / "torch_encoder.onnx"
+    out = tmp_path / "enc_ctx.onnx"
+    nx.compile_model(src, out, embed=False, progress=False)
+    stored = np.load(DATA / "torch_encoder.npz")
+    options = nx.SessionOptions()  # a static batch lets TVM take nodes it declined at compile time
+    options.add_free_dimension_override_by_name("batch", stored["x"].shape[0])
+    sess = nx.InferenceSession(out, options)
+    assert any(p.cost.source == "precompiled" for p in sess.plan.partitions)
+    assert_parity(sess.run(None, {"x": stored["x"]}), ort_run(src, {"x": stored["x"]}), rtol=1e-3, atol=1e-4)
