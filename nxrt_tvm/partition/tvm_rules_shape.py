@@ -348,29 +348,17 @@ def _nd(ctx: NodeContext, batch_dims: int = 0):
     return extents
 
 
-@rule("Gather")
-def _gather(ctx: NodeContext) -> None:
+def _indices_along_axis(ctx: NodeContext) -> None:
     require_bounded_indices(ctx, 1, _along_axis(ctx))
 
 
-@rule("GatherElements")
-def _gather_elements(ctx: NodeContext) -> None:
-    require_bounded_indices(ctx, 1, _along_axis(ctx))
+for _op in ("Gather", "GatherElements", "ScatterElements", "Scatter"):
+    rule(_op)(_indices_along_axis)
 
 
 @rule("GatherND")
 def _gather_nd(ctx: NodeContext) -> None:
     require_bounded_indices(ctx, 1, _nd(ctx, int(ctx.attr("batch_dims", 0))))
-
-
-@rule("ScatterElements")
-def _scatter_elements(ctx: NodeContext) -> None:
-    require_bounded_indices(ctx, 1, _along_axis(ctx))
-
-
-@rule("Scatter")
-def _scatter(ctx: NodeContext) -> None:
-    require_bounded_indices(ctx, 1, _along_axis(ctx))
 
 
 @rule("ScatterND")
