@@ -1,14 +1,16 @@
-"""Untuned TVM with and without the default CPU schedules, against onnxruntime.
+"""Untuned TVM with and without the default CPU schedules, and with cost-aware claims, against onnxruntime.
 
-    python benchmarks/default_schedules.py [--repeat 20] [--only mlp gemm ...] [--clock-ghz 2.6]
+    python benchmarks/default_schedules.py [--repeat 20] [--only mlp gemm ...] [--skip-naive]
 
 One process, one thread count for everyone (onnxruntime's intra-op threads =
 TVM_NUM_THREADS = the cores this process may use), median of ``--repeat``
 runs after a warm-up. Columns: onnxruntime, nxrt-tvm with TVM's default
 pipeline (``schedule_passes=[]``: naive loops), nxrt-tvm with the default
-schedules (``schedule_passes=None``), and the schedules' time relative to
-onnxruntime. The 1024^3 GEMM also gets GFLOP/s against the fp32 peak:
-cores x 2 FMA pipes x 16 lanes (AVX-512) x 2 flop x clock.
+schedules (``schedule_passes=None``, ``claim_policy="all"``), and nxrt-tvm
+with ``claim_policy="cost"`` (partitions measured slower than onnxruntime at
+compile time run on the fallback), each relative to onnxruntime. The 1024^3
+GEMM also gets GFLOP/s against this CPU's fp32 peak, measured in the same
+run (`peak.py`: back-to-back vector FMAs on every thread).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import models  # noqa: E402
 import nxrt_tvm  # noqa: E402
+from peak import fp32_peak_gflops  # noqa: E402
 from nxrt_tvm.timing import median_seconds  # noqa: E402
 import nxrt_tvm.data  # noqa: E402
 
@@ -63,17 +66,19 @@ def measure(name: str, repeat: int, threads: int, skip_naive: bool) -> dict:
     ort_session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     want = ort_session.run(None, feeds)
     row = {"name": name, "ort": median_ms(lambda: ort_session.run(None, feeds), repeat)}
-    for key, passes in (("naive", []), ("rules", None)):
+    configs = (("naive", {"schedule_passes": []}), ("rules", {}), ("cost", {"claim_policy": "cost"}))
+    for key, options in configs:
         if key == "naive" and skip_naive:
             row[key] = math.nan
             continue
         start = time.perf_counter()
-        session = nxrt_tvm.InferenceSession(model, provider_options=[{"target": "llvm", "schedule_passes": passes}, {}])
+        session = nxrt_tvm.InferenceSession(model, provider_options=[{"target": "llvm", **options}, {}])
         row[key + "_build_s"] = time.perf_counter() - start
+        row[key + "_tvm_nodes"] = session.plan.nodes_by_ep().get("TvmExecutionProvider", 0)
         got = session.run(None, feeds)
         row[key + "_err"] = max(float(np.max(np.abs(g - w))) / (float(np.max(np.abs(w))) + 1e-12) for g, w in zip(got, want))
         # naive kernels are slow: fewer runs keep the benchmark short, median still of >= 3
-        row[key] = median_ms(lambda: session.run(None, feeds), repeat if key == "rules" else max(3, repeat // 4))
+        row[key] = median_ms(lambda: session.run(None, feeds), repeat if key != "naive" else max(3, repeat // 4))
     return row
 
 
@@ -81,29 +86,31 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--only", nargs="*", choices=sorted(BENCH))
-    ap.add_argument("--clock-ghz", type=float, default=2.6, help="assumed sustained all-core clock (default 2.6, /proc/cpuinfo)")
     ap.add_argument("--skip-naive", action="store_true", help="skip TVM's default pipeline (minutes on ResNet)")
     args = ap.parse_args(argv)
     threads = int(os.environ["TVM_NUM_THREADS"])
     rows = [measure(name, args.repeat, threads, args.skip_naive) for name in (args.only or BENCH)]
 
     print(f"\nthreads: {threads} (onnxruntime intra-op = TVM_NUM_THREADS); median of {args.repeat} runs\n")
-    print("| model | onnxruntime ms | TVM default ms (x ORT) | default schedules ms (x ORT) | max rel. err | build s |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| model | onnxruntime ms | TVM default ms (x ORT) | default schedules ms (x ORT) "
+          "| claim_policy=cost ms (x ORT) | TVM nodes all / cost | max rel. err | build s all / cost |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         naive = "skipped" if math.isnan(r["naive"]) else f"{r['naive']:.2f} ({r['naive'] / r['ort']:.1f}x)"
         print(f"| {BENCH[r['name']]} | {r['ort']:.2f} | {naive} | {r['rules']:.2f} ({r['rules'] / r['ort']:.2f}x) "
-              f"| {r['rules_err']:.1e} | {r['rules_build_s']:.1f} |")
-    ratios = [r["rules"] / r["ort"] for r in rows]
-    print(f"\ngeomean default schedules / onnxruntime: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+              f"| {r['cost']:.2f} ({r['cost'] / r['ort']:.2f}x) | {r['rules_tvm_nodes']} / {r['cost_tvm_nodes']} "
+              f"| {max(r['rules_err'], r['cost_err']):.1e} | {r['rules_build_s']:.1f} / {r['cost_build_s']:.1f} |")
+    for key, label in (("rules", "default schedules"), ("cost", "claim_policy=cost")):
+        ratios = [r[key] / r["ort"] for r in rows]
+        print(f"geomean {label} / onnxruntime: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x; "
+              f"worst {max(ratios):.2f}x")
     gemm = next((r for r in rows if r["name"] == "gemm"), None)
     if gemm is not None:
-        cores = len(os.sched_getaffinity(0))
-        peak = cores * 2 * 16 * 2 * args.clock_ghz
+        peak = fp32_peak_gflops(threads)
         flops = 2 * 1024**3 / 1e9
-        print(f"GEMM 1024^3: default schedules {flops / gemm['rules'] * 1e3:.0f} GFLOP/s, onnxruntime "
-              f"{flops / gemm['ort'] * 1e3:.0f} GFLOP/s; fp32 peak {peak:.0f} GFLOP/s "
-              f"({cores} cores x 2 FMA x 16 lanes x 2 flop x {args.clock_ghz} GHz assumed)")
+        rules, ort_rate = flops / gemm["rules"] * 1e3, flops / gemm["ort"] * 1e3
+        print(f"GEMM 1024^3: default schedules {rules:.0f} GFLOP/s ({rules / peak:.0%} of peak), onnxruntime "
+              f"{ort_rate:.0f} GFLOP/s ({ort_rate / peak:.0%}); measured fp32 peak {peak:.0f} GFLOP/s on {threads} threads")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Is a compiled blob safe to load here? Checked before any native code is loaded.
 
 A blob is refused when its bytes are not the ones compiled (size, sha256),
+when its library is not well-formed ELF that dlopen can map safely (`elf`),
 when nxrt-tvm's format or TVM's version differs (the runtime ABI), when it
 was built for another target kind, or when it needs hardware this host lacks
 (CPU ISA features such as AVX-512 or AMX; a CUDA GPU of its architecture).
@@ -13,7 +14,8 @@ from functools import lru_cache
 import tvm
 
 from ..api.errors import ContextIntegrityError, ContextTargetMismatch, ContextVersionMismatch
-from ..lower.target import host_cpu
+from ..lower.target import host_arch, host_cpu
+from .elf import elf_problem
 from .record import FORMAT_VERSION, EpContext, sha256_hex
 
 __all__ = ["hardware_of", "check_loadable"]
@@ -44,16 +46,12 @@ def _cpu_features(mcpu: str) -> frozenset[str]:
     return frozenset(str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target))
 
 
-def _triple_arch() -> str:
-    return str(tvm.target.codegen.llvm_get_system_triple()).split("-", 1)[0]
-
-
 def hardware_of(target: tvm.target.Target) -> tuple[str, tuple[str, ...]]:
     """`hardware_architecture` text and the CPU features code built for `target` may use."""
     if target.kind.name == "cuda":
         return f"cuda/{target.attrs['arch']}", ()
     mcpu = str(target.attrs.get("mcpu", "generic"))
-    return f"{_triple_arch()}/{mcpu}", tuple(sorted(_cpu_features(mcpu)))
+    return f"{host_arch()}/{mcpu}", tuple(sorted(_cpu_features(mcpu)))
 
 
 def check_loadable(ctx: EpContext, target: tvm.target.Target) -> None:
@@ -88,12 +86,17 @@ def check_loadable(ctx: EpContext, target: tvm.target.Target) -> None:
         _check_gpu(name, ctx)
     else:
         _check_cpu(name, ctx)
+    problem = elf_problem(ctx.blob, host_arch())
+    if problem is not None:  # sha256 and size agree with notes that were rewritten with the blob: a forged artifact
+        raise ContextIntegrityError(
+            name, f"blob is not a loadable shared library: {problem}", "restore the artifact from the compile output, or recompile"
+        )
 
 
 def _check_cpu(name: str, ctx: EpContext) -> None:
     arch = ctx.hardware_architecture.split("/", 1)[0]
-    if arch != _triple_arch():
-        raise ContextTargetMismatch(name, f"built for {arch} CPUs, this host is {_triple_arch()}", _RECOMPILE)
+    if arch != host_arch():
+        raise ContextTargetMismatch(name, f"built for {arch} CPUs, this host is {host_arch()}", _RECOMPILE)
     missing = sorted(f for f in set(ctx.cpu_features) - _cpu_features(host_cpu()) if _requires_hardware(f))
     if missing:
         shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")

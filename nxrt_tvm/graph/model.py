@@ -340,13 +340,37 @@ def analyse(model: onnx.ModelProto, *, check: bool = True) -> GraphView:
         except (onnx.checker.ValidationError, ValueError) as exc:
             raise InvalidModel(f"model fails onnx.checker: {exc}") from exc
     _normalise(model)
+    light = _light_copy(model)
     try:
-        inferred = onnx.shape_inference.infer_shapes(_light_copy(model), data_prop=True)
+        inferred = _infer(light)
         del model.graph.value_info[:]
         model.graph.value_info.extend(inferred.graph.value_info)
+    except InvalidModel:
+        raise
     except Exception as exc:  # inference errors are diagnostics, not fatal: ORT may still run it
         logging.getLogger(__name__).warning("ONNX shape inference failed (%s); types stay as declared", exc)
     return GraphView(model)
+
+
+#: onnx's message when a declared element type contradicts the one a node produces (ORT refuses such models too)
+_TYPE_CONFLICT = "Inferred elem type differs from existing elem type"
+
+
+def _infer(light: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape inference, strict first: an element type that contradicts its producer is an `InvalidModel`.
+
+    A declared type wins over inference when the model is kept as declared, so a float Add
+    declared int64 would come back as int64 values; onnxruntime refuses the model instead.
+    Other strict-mode findings (shape disagreements, ops inference does not know) are left to
+    the lenient pass, as in onnxruntime.
+    """
+    try:
+        return onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as exc:
+        if _TYPE_CONFLICT in str(exc):
+            raise InvalidModel(f"a declared type contradicts the node that produces it: {str(exc).strip()}; "
+                               "fix the value's declared type (graph output or value_info) to the produced one") from None
+    return onnx.shape_inference.infer_shapes(light, data_prop=True)
 
 
 def load_model(source: ModelSource, *, check: bool = True, free_dims: dict[str, int] | None = None) -> GraphView:

@@ -15,6 +15,8 @@ import tvm
 from tvm import relax
 
 from ..api.errors import CompileFailed, EpLoadFailed
+from ..epcontext.elf import elf_problem
+from .target import host_arch
 
 __all__ = ["export_executable", "load_executable"]
 
@@ -36,7 +38,13 @@ def _scratch_dir() -> str | None:
 
 
 def load_executable(blob: bytes, name: str) -> tvm.runtime.Module:
-    """Load a blob made by `export_executable`; the temp file is unlinked once it is mapped."""
+    """Load a blob made by `export_executable`; the temp file is unlinked once it is mapped.
+
+    Malformed ELF is refused before dlopen, which would crash on it (see `epcontext.elf`).
+    """
+    problem = elf_problem(blob, host_arch())
+    if problem is not None:
+        raise EpLoadFailed(name, f"the compiled partition is not a loadable shared library: {problem}")
     fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so", dir=_scratch_dir())
     try:
         with os.fdopen(fd, "wb") as f:

@@ -43,13 +43,14 @@ def _to_tvm(view: TensorView, device: DeviceId, tvm_dev: tvm.runtime.Device) -> 
 class TvmKernel(Kernel):
     """Runs one compiled partition; one VM per thread, since a VM keeps per-call state.
 
-    `module` is a freshly built executable or a module loaded from `blob`;
+    `module` is a freshly built executable or a module loaded from `blob`, or None
+    where this host cannot load it (CUDA code and no GPU: `prepare` says so);
     `weights` (weightless builds) are appended to every call's arguments.
     """
 
     def __init__(
         self,
-        module: relax.VMExecutable | tvm.runtime.Module,
+        module: relax.VMExecutable | tvm.runtime.Module | None,
         device: DeviceId,
         name: str,
         inputs: Sequence[ValueInfo],

@@ -13,19 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import tvm
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda
-from tvm.relax.transform import MetaScheduleApplyDatabase
 
 from ..api.kernel import KernelVariant
+from ..tuning.database import TUNING_ATTR, ApplyTuningRecords, TuningDatabase
 from . import schedules
 from .schedules.base import RULE_ATTR
-
-if TYPE_CHECKING:
-    from ..tuning.database import TuningDatabase
 
 __all__ = ["Lowering", "fusion_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
 
@@ -36,7 +32,7 @@ class Lowering:
 
     user_passes: tuple[tvm.transform.Pass, ...] = ()
     schedule_passes: tuple[tvm.transform.Pass, ...] | None = None
-    database: "TuningDatabase | None" = field(default=None, compare=False)
+    database: TuningDatabase | None = field(default=None, compare=False)
 
     def digest(self) -> str:
         """What of this configuration shapes compiled code (compile-cache keys)."""
@@ -75,25 +71,32 @@ def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) ->
     return [*backend.library_dispatch_passes(target), *pre_legalize, *backend.legalize_passes(target)]
 
 
-def _record(variants: list[KernelVariant], stage: str) -> tvm.transform.Pass:
+_TUNED = {
+    "exact": ("tuned", "a tuning record of this device matched"),
+    "anchor": ("tuned:anchor", "a tuning record of the same anchor op (another epilogue) was transferred"),
+}
+
+
+def _variant(name: str, attrs) -> KernelVariant:
+    how = str(attrs.get(TUNING_ATTR, ""))
+    if how in _TUNED:
+        return KernelVariant(name, *_TUNED[how])
+    if RULE_ATTR in attrs:
+        reason = ("tuning measured the default rule fastest" if how == "rule-best"
+                  else "no tuning record; default CPU schedule rule")
+        return KernelVariant(name, f"default:{attrs[RULE_ATTR]}", reason)
+    return KernelVariant(name, "tvm-default", "no tuning record and no schedule rule fits")
+
+
+def _record(variants: list[KernelVariant]) -> tvm.transform.Pass:
     """A pass that notes, per kernel, which implementation the schedule phase gave it."""
 
-    @tvm.transform.module_pass(opt_level=0, name=f"nxrt_tvm.record_{stage}")
+    @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.record_variants")
     def record(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        tuned = {v.name for v in variants if v.variant == "tuned"}
-        if stage == "tuned":
-            variants.clear()
+        variants.clear()
         for gv, func in mod.functions.items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or gv.name_hint in tuned:
-                continue
-            attrs = func.attrs or {}
-            if stage == "tuned":
-                if attrs.get("tirx.is_scheduled", False):
-                    variants.append(KernelVariant(gv.name_hint, "tuned", "a tuning record of this device matched"))
-            elif RULE_ATTR in attrs:
-                variants.append(KernelVariant(gv.name_hint, f"default:{attrs[RULE_ATTR]}", "no tuning record; default CPU schedule rule"))
-            else:
-                variants.append(KernelVariant(gv.name_hint, "tvm-default", "no tuning record and no schedule rule fits"))
+            if isinstance(func, tvm.tirx.PrimFunc):
+                variants.append(_variant(gv.name_hint, func.attrs or {}))
         return mod
 
     return record
@@ -108,15 +111,14 @@ def lowering_passes(
     """
     backend = _backend(target)
     _, schedule = schedule_phase(target, lowering.schedule_passes)
-    tuned = [MetaScheduleApplyDatabase(enable_warning=False)] if lowering.database is not None else []
+    tuned = [ApplyTuningRecords(lowering.database)] if lowering.database is not None else []
     notes = variants if variants is not None else []
     return [
         *lowering.user_passes,
         *fusion_passes(target, lowering),
         *tuned,
-        _record(notes, "tuned"),
         *schedule,
-        _record(notes, "scheduled"),
+        _record(notes),
         *backend.dataflow_lower_passes(target),
         *backend.finalize_passes(target),
     ]
@@ -125,15 +127,11 @@ def lowering_passes(
 def lowering_pipeline(
     target: tvm.target.Target, lowering: Lowering = Lowering(), variants: list[KernelVariant] | None = None
 ) -> tvm.transform.Pass:
-    """`lowering_passes` as one module pass, made and run inside the target's scope and the tuning database
-    (MetaScheduleApplyDatabase reads both when it is constructed)."""
+    """`lowering_passes` as one module pass, run inside the target's scope (the schedule passes read it)."""
 
     @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.lowering")
     def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         with target:
-            if lowering.database is None:
-                return tvm.transform.Sequential(lowering_passes(target, lowering, variants))(mod)
-            with lowering.database.database:
-                return tvm.transform.Sequential(lowering_passes(target, lowering, variants))(mod)
+            return tvm.transform.Sequential(lowering_passes(target, lowering, variants))(mod)
 
     return _pipeline

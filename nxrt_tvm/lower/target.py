@@ -10,7 +10,7 @@ import tvm
 from ..api.device import DeviceId, DeviceType
 from ..api.errors import InvalidProviderOptions
 
-__all__ = ["make_target", "target_device", "tvm_device", "host_cpu", "runtime_threads"]
+__all__ = ["make_target", "target_device", "tvm_device", "host_cpu", "host_arch", "runtime_threads"]
 
 TargetSpec = str | dict[str, Any] | tvm.target.Target
 
@@ -18,6 +18,11 @@ TargetSpec = str | dict[str, Any] | tvm.target.Target
 def host_cpu() -> str:
     """LLVM's name for this CPU (e.g. ``znver5``): the code uses every ISA feature it has."""
     return str(tvm.target.codegen.llvm_get_system_cpu())
+
+
+def host_arch() -> str:
+    """The host's architecture as LLVM's triple names it (e.g. ``x86_64``)."""
+    return str(tvm.target.codegen.llvm_get_system_triple()).split("-", 1)[0]
 
 
 def runtime_threads() -> int:

@@ -26,6 +26,7 @@ from ..lower.artifact import export_executable, load_executable
 from ..api.provider import ExecutionProvider
 from ..graph.model import GraphView
 from ..lower.build import compile_partition, locate_failure, partition_model, weight_names
+from ..lower.isolate import fork_available, run_isolated
 from ..lower.measure import measure_partition
 from ..lower.pipeline import Lowering
 from ..tuning.database import open_database
@@ -71,6 +72,8 @@ class TvmExecutionProvider(ExecutionProvider):
         "cache_max_bytes",
         "claim_policy",
         "cost_budget_s",
+        "compile_isolation",
+        "compile_timeout_s",
     )
 
     def __init__(
@@ -86,6 +89,8 @@ class TvmExecutionProvider(ExecutionProvider):
         cache_max_bytes: int | None = 2 * 1024**3,
         claim_policy: str = "all",
         cost_budget_s: float = 0.2,
+        compile_isolation: str = "process",
+        compile_timeout_s: float = 600.0,
     ):
         self.target = make_target(target)
         self.device = target_device(self.target)
@@ -104,6 +109,13 @@ class TvmExecutionProvider(ExecutionProvider):
             raise InvalidProviderOptions(f"claim_policy must be 'all' or 'cost', got {claim_policy!r}")
         self.claim_policy = claim_policy
         self.cost_budget_s = float(cost_budget_s)
+        if compile_isolation not in ("process", "none"):
+            raise InvalidProviderOptions(f"compile_isolation must be 'process' or 'none', got {compile_isolation!r}")
+        # Compile in a forked child (where the OS can fork), so a TVM crash costs a decline, not the process.
+        self.isolate = compile_isolation == "process" and fork_available()
+        self.compile_timeout_s = float(compile_timeout_s)
+        if not self.compile_timeout_s > 0:
+            raise InvalidProviderOptions(f"compile_timeout_s must be > 0 seconds, got {compile_timeout_s!r}")
         # Set by the session from `session.disable_model_compile`: any compile is then an error.
         self.compile_disabled = False
         self.cache = None if cache_dir is None else CompileCache(cache_dir, None if cache_max_bytes is None else as_int("cache_max_bytes", cache_max_bytes, 1))
@@ -305,19 +317,17 @@ class TvmExecutionProvider(ExecutionProvider):
                 self.stats["cache_hits"] += 1
                 return {}
 
-        def attempt(nodes: list[int], variants: list[KernelVariant] | None = None) -> object:
-            self.stats["builds"] += 1
-            return compile_partition(graph, nodes, name, self.target, self.lowering, variants=variants)
+        def attempt(nodes: list[int], variants: list[KernelVariant] | None = None) -> tuple[Any, bytes | None]:
+            return self._compile(graph, nodes, name, (), variants)
 
         variants: list[KernelVariant] = []
         try:
-            executable = attempt(list(group), variants)
+            executable, blob = attempt(list(group), variants)
         except CompileFailed:
             culprit, message = locate_failure(group, attempt)
         else:
-            blob = None
             if key is not None:
-                blob = export_executable(executable)
+                blob = blob if blob is not None else export_executable(executable)
                 meta = {"partition": name, "target": self.target.kind.name, "variants": [list(_v(v)) for v in variants]}
                 self.cache.put(key, blob, meta)
             self._built[name] = (executable, blob)
@@ -356,12 +366,30 @@ class TvmExecutionProvider(ExecutionProvider):
         weights = weight_names(graph, claim.nodes) if self.weightless else ()
         built = None if weights else self._built.pop(claim.name, None)
         if built is None:
-            self.stats["builds"] += 1
             variants: list[KernelVariant] = []
-            built = (compile_partition(graph, claim.nodes, claim.name, self.target, self.lowering, weights, variants), None)
+            built = self._compile(graph, claim.nodes, claim.name, weights, variants)
             self.variants[claim.name] = variants
         self.stats["compiled"] += 1
         return built[0], weights, built[1]
+
+    def _compile(
+        self, graph: GraphView, nodes: Sequence[int], name: str, weights: Sequence[str], variants: list[KernelVariant] | None
+    ) -> tuple[Any, bytes | None]:
+        """(module, blob) of a node set: built in a forked child and loaded here when isolated (blob set), else in process."""
+        self.stats["builds"] += 1
+        if not self.isolate:
+            return compile_partition(graph, nodes, name, self.target, self.lowering, weights, variants), None
+
+        def child() -> tuple[bytes, list[KernelVariant]]:
+            notes: list[KernelVariant] = []
+            executable = compile_partition(graph, nodes, name, self.target, self.lowering, weights, notes)
+            return export_executable(executable), notes
+
+        blob, notes = run_isolated(child, f"partition {name} ({len(nodes)} nodes)", self.compile_timeout_s)
+        if variants is not None:
+            variants[:] = notes
+        # A compile-only host (CUDA code, no GPU) cannot load the library; the blob still goes into EPContexts.
+        return (load_executable(blob, name) if tvm_device(self.device).exist else None), blob
 
     def compile(self, graph: GraphView, claim: SubgraphClaim) -> TvmKernel:
         module, weights, blob = self.build(graph, claim)

@@ -1,20 +1,66 @@
-"""Per-device MetaSchedule databases: open, digest, and the pass that applies them at compile time."""
+"""Per-device MetaSchedule databases: open, digest, and the pass that applies them at compile time.
+
+A kernel takes the record of its own workload when one exists; otherwise the
+record of a kernel with the same *anchor* operation (the same matmul or conv
+with another epilogue: MetaSchedule's ``anchor-block`` module equality) is
+transferred to it with MetaSchedule's anchor-trace application. A record whose
+trace is the default rule's own schedule (tuning measures it as a candidate,
+and it won) is not replayed: the rule schedules the kernel, and the kernel
+variant says that the rule measured fastest.
+"""
 from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
+import tvm_ffi
+from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
 
 from .device import device_key, device_log_dir
 
-__all__ = ["open_database", "database_digest", "TuningDatabase"]
+__all__ = ["open_database", "database_digest", "TuningDatabase", "RecordMatch", "ApplyTuningRecords", "TUNING_ATTR",
+           "FAILED_RUN_SECS", "is_searched", "workload_module"]
 
 log = logging.getLogger(__name__)
 
 _FILES = ("database_workload.json", "database_tuning_record.json")
+#: MetaSchedule's run time for a candidate that failed to build or run (1e10 s); anything this slow is no record.
+FAILED_RUN_SECS = 1e9
+#: PrimFunc attribute: how a tuning record scheduled the function ("exact", "anchor") or "rule-best".
+TUNING_ATTR = "nxrt.tuning_record"
+
+
+def is_searched(trace: s_tir.Trace) -> bool:
+    """Whether a trace came from MetaSchedule's search (it samples); the default rules' traces never do."""
+    return any(inst.kind.name.startswith("Sample") for inst in trace.insts)
+
+
+def workload_module(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
+    """A kernel as MetaSchedule keys it (its task module: "main", with that global symbol)."""
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def _valid(record: ms.database.TuningRecord | None) -> bool:
+    secs = record.run_secs if record is not None else None
+    return bool(secs) and min(float(s) for s in secs) < FAILED_RUN_SECS
+
+
+@dataclass(frozen=True)
+class RecordMatch:
+    """The best record for a kernel and how it matched: "exact" (same workload) or "anchor" (same anchor op)."""
+
+    record: ms.database.TuningRecord
+    how: str
+
+    @property
+    def mean_us(self) -> float:
+        secs = [float(s) for s in self.record.run_secs]
+        return 1e6 * sum(secs) / len(secs)
 
 
 class TuningDatabase:
@@ -27,15 +73,36 @@ class TuningDatabase:
             path_workload=str(directory / _FILES[0]), path_tuning_record=str(directory / _FILES[1]), allow_missing=True
         )
         self.digest = database_digest(directory)
+        self._anchors: ms.database.MemoryDatabase | None = None
 
     def __len__(self) -> int:
         return len(self.database)
 
     def has_record(self, func: tvm.tirx.PrimFunc) -> bool:
-        mod = tvm.IRModule({"main": func})
-        if not self.database.has_workload(mod):
-            return False
-        return bool(self.database.get_top_k(self.database.commit_workload(mod), 1))
+        return self.best(workload_module(func)) is not None
+
+    def best(self, mod: tvm.IRModule) -> RecordMatch | None:
+        """The fastest valid record for `mod` (a one-function module): its own workload's, else its anchor op's."""
+        if self.database.has_workload(mod):
+            top = self.database.get_top_k(self.database.commit_workload(mod), 1)
+            if top and _valid(top[0]):
+                return RecordMatch(top[0], "exact")
+        anchors = self._anchor_database()
+        if not anchors.has_workload(mod):
+            return None
+        top = anchors.get_top_k(anchors.commit_workload(mod), 1)
+        return RecordMatch(top[0], "anchor") if top and _valid(top[0]) else None
+
+    def _anchor_database(self) -> ms.database.MemoryDatabase:
+        """The records re-keyed by anchor block (built once, on the first kernel without its own record)."""
+        if self._anchors is None:
+            self._anchors = ms.database.MemoryDatabase(module_equality="anchor-block")
+            for record in self.database.get_all_tuning_records():
+                if _valid(record):
+                    workload = self._anchors.commit_workload(record.workload.mod)
+                    self._anchors.commit_tuning_record(ms.database.TuningRecord(
+                        record.trace, workload, record.run_secs, record.target, record.args_info))
+        return self._anchors
 
 
 def database_digest(directory: Path) -> str:
@@ -59,3 +126,51 @@ def open_database(log_dir: str | Path, target: tvm.target.Target) -> TuningDatab
         )
         return None
     return TuningDatabase(directory, device_key(target))
+
+
+def _schedule(func: tvm.tirx.PrimFunc, match: RecordMatch, target: tvm.target.Target) -> tvm.tirx.PrimFunc:
+    """`func` scheduled by the record's trace (replayed, or transferred from the anchor op's kernel)."""
+    mod = workload_module(func)
+    sch = s_tir.Schedule(mod)
+    if match.how == "exact" or tvm_ffi.structural_equal(match.record.workload.mod, mod):
+        match.record.trace.apply_to_schedule(sch, remove_postproc=False)
+    else:
+        schedule_using_anchor_trace(sch, match.record.trace, target)
+    scheduled = sch.mod["main"]
+    if match.how == "anchor":
+        tvm.compile(tvm.IRModule({"main": scheduled}), target)  # a transferred trace must build, or the rules take over
+    return scheduled.without_attr("global_symbol")
+
+
+@tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.ApplyTuningRecords")
+class ApplyTuningRecords:
+    """Schedule each PrimFunc from the device's records (see the module docstring); tag how with `TUNING_ATTR`.
+
+    Runs inside the target's scope, before the default schedule rules, which
+    then take every function left unscheduled.
+    """
+
+    def __init__(self, database: TuningDatabase):
+        self.database = database
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        target = tvm.target.Target.current(allow_none=False)
+        updates = {}
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and func.attrs.get("tirx.is_scheduled", False)):
+                continue
+            match = self.database.best(workload_module(func))
+            if match is None:
+                continue
+            if not is_searched(match.record.trace):
+                updates[gvar] = func.with_attr(TUNING_ATTR, "rule-best")
+                continue
+            try:
+                scheduled = _schedule(func, match, target)
+            except Exception as exc:  # noqa: BLE001 - a record that does not fit keeps the default rules
+                log.debug("tuning record for %s not applied: %s", gvar.name_hint, str(exc).splitlines()[0] if str(exc) else exc)
+                continue
+            updates[gvar] = scheduled.with_attr("tirx.is_scheduled", True).with_attr(TUNING_ATTR, match.how)
+        for gvar, func in updates.items():
+            mod[gvar] = func
+        return mod

@@ -1,16 +1,21 @@
 """tune_model: MetaSchedule + XGBoost over every TVM partition, per device, resumable.
 
-Trials are spent where the weighted cost is (calls x flops per call); each
-task is tuned in turn into the device's JSON database, and a small state file
-records trials done per workload, so a second run continues instead of
-repeating finished tasks. Measurement runs locally or, through TVM's own RPC
-tracker, on the device itself.
+First the default CPU rules' schedule of every task is measured, with the
+same builder and runner as the trials, and committed as a record: it is the
+baseline the search must beat (compile picks the fastest record, so a tuned
+build is never slower than the defaults by measurement), and it tells where
+the weighted latency is (calls x measured time), which is where the trials
+go. Each task is then tuned in turn into the device's JSON database; a small
+state file records trials done per workload, so a second run continues
+instead of repeating finished tasks. Measurement runs locally or, through
+TVM's own RPC tracker, on the device itself.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -19,13 +24,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
 from ..api.errors import InvalidProviderOptions
 from ..graph.model import ModelSource, load_model
+from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
 from ..partition.plan import make_plan
 from ..providers import CPUExecutionProvider, TvmExecutionProvider
-from .database import TuningDatabase
+from .database import TuningDatabase, is_searched
 from .device import DEFAULT_LOG_DIR, device_key, device_log_dir
 from .tasks import TuningTask, extract_tasks
 
@@ -34,7 +41,6 @@ __all__ = ["tune_model", "TuneReport", "TaskResult", "parse_tracker"]
 log = logging.getLogger(__name__)
 
 _STATE = "nxrt_tuning_state.json"
-_FAILED_RUN_SECS = 1e9
 #: Builder/runner timeouts: MetaSchedule's 30 s default kills builds on a busy 2-core machine.
 _TIMEOUT_S = 300
 
@@ -49,6 +55,13 @@ class TaskResult:
     total_trials: int  # trials recorded for it across calls
     best_us: float | None
     skipped: bool
+    rule_us: float | None = None  # the default rules' schedule, measured like a trial (None: no rule fits)
+    best_is_rule: bool = False  # no searched schedule beat the default rules'
+
+    @property
+    def speedup(self) -> float | None:
+        """Default rules' time over the best record's (1.0 where the rules stayed fastest)."""
+        return self.rule_us / self.best_us if self.rule_us and self.best_us else None
 
 
 @dataclass(frozen=True)
@@ -70,23 +83,53 @@ def parse_tracker(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _allot(tasks: Sequence[TuningTask], trials: int, per_iter: int) -> list[int]:
-    """Trials per task in proportion to weighted flops, at least one measurement round each."""
-    total = sum(t.weighted_flops for t in tasks) or 1.0
-    return [max(per_iter, int(round(trials * t.weighted_flops / total / per_iter)) * per_iter) for t in tasks]
+def _allot(tasks: Sequence[TuningTask], latency_us: Sequence[float | None], trials: int, per_iter: int) -> list[int]:
+    """Trials per task in proportion to its weighted latency (calls x measured time), one round at least.
+
+    A task without a measurement is estimated from its flops at the median rate of the measured ones.
+    """
+    rates = [t.flops / us for t, us in zip(tasks, latency_us) if us and t.flops > 0]
+    rate = statistics.median(rates) if rates else 1e4  # flop per us (10 GFLOP/s) when nothing was measured
+    cost = [t.weight * (us if us else max(t.flops, 1.0) / rate) for t, us in zip(tasks, latency_us)]
+    total = sum(cost) or 1.0
+    return [max(per_iter, int(round(trials * c / total / per_iter)) * per_iter) for c in cost]
 
 
-def _best_us(db: TuningDatabase, task: TuningTask) -> float | None:
-    mod = task.extracted.dispatched[0]
-    if not db.database.has_workload(mod):
+def _best(db: TuningDatabase, task: TuningTask) -> tuple[float | None, bool]:
+    """(mean time of the task's best valid record in us, whether that record is the default rules' schedule)."""
+    match = db.best(task.extracted.dispatched[0])
+    if match is None or match.how != "exact":
+        return None, False
+    return match.mean_us, not is_searched(match.record.trace)
+
+
+def _measure_rule(task: TuningTask, target, builder: ms.builder.Builder, runner: ms.runner.Runner,
+                  db: TuningDatabase) -> tuple[str, float] | None:
+    """Measure the default rules' schedule of a task like a trial and commit it as a record: (rule, us)."""
+    kernel = task.extracted.dispatched[0]
+    found = schedule_with_rules(kernel["main"], target, default_rules())
+    if found is None:
         return None
-    top = db.database.get_top_k(db.database.commit_workload(mod), 1)
-    if not top or not top[0].run_secs:
+    rule, sch = found
+    (built,) = builder.build([ms.builder.BuilderInput(sch.mod, target)])
+    if built.error_msg:
+        log.warning("the default %s schedule of %s did not build for measurement: %s", rule, task.name, built.error_msg.splitlines()[0])
         return None
-    secs = [float(s) for s in top[0].run_secs]
-    if min(secs) >= _FAILED_RUN_SECS:  # MetaSchedule's mark for a trial that failed to build or run
+    args = ms.arg_info.ArgInfo.from_prim_func(kernel["main"])
+    try:
+        device = "cpu" if target.kind.name == "llvm" else target.kind.name
+        (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, device, args)])
+        result = future.result()
+    finally:
+        remove_build_dir(built.artifact_path)
+    if result.error_msg or not result.run_secs:
+        log.warning("the default %s schedule of %s failed to run for measurement: %s", rule, task.name,
+                    (result.error_msg or "no run time").strip().splitlines()[-1])
         return None
-    return 1e6 * sum(secs) / len(secs)
+    workload = db.database.commit_workload(kernel)
+    db.database.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, result.run_secs, target, args))
+    secs = [float(x) for x in result.run_secs]
+    return rule, 1e6 * sum(secs) / len(secs)
 
 
 def _runner(rpc_tracker: str | None, rpc_key: str | None) -> ms.runner.Runner:
@@ -129,54 +172,73 @@ def tune_model(
         plan = make_plan(graph, [ep, CPUExecutionProvider()])
         partitions.extend((graph, p) for p in plan.partitions if p.ep == ep.ep_id)
     tasks = extract_tasks(partitions, tvm_target)
-    per_iter = max(1, min(trials_per_iter, trials))
-    allotted = _allot(tasks, trials, per_iter)
     state_path = directory / _STATE
     state: dict[str, dict] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     db = TuningDatabase(directory, device_key(tvm_target))
+    builder = ms.builder.LocalBuilder(timeout_sec=_TIMEOUT_S)
+    show = None if progress is None else not progress
+
+    # 1. The default rules' schedules: the baseline records, and where the weighted latency is.
+    for task in tqdm(tasks, desc="measuring default schedules", unit="task", disable=show, leave=False):
+        entry = state.setdefault(task.workload, {"name": task.name, "trials": 0})
+        if "rule_us" not in entry:
+            measured = _measure_rule(task, tvm_target, builder, runner, db) if tvm_target.kind.name == "llvm" else None
+            entry["rule"], entry["rule_us"] = measured if measured is not None else (None, None)
+            _write_json(state_path, state)
+
+    # 2. The search, task by task, trials where calls x time are.
+    per_iter = max(1, min(trials_per_iter, trials))
+    allotted = _allot(tasks, [state[t.workload]["rule_us"] for t in tasks], trials, per_iter)
     results: list[TaskResult] = []
-    bar = tqdm(list(zip(tasks, allotted)), desc=f"tuning {device_key(tvm_target)}", unit="task",
-               disable=None if progress is None else not progress)
+    bar = tqdm(list(zip(tasks, allotted)), desc=f"tuning {device_key(tvm_target)}", unit="task", disable=show)
     for task, want in bar:
-        done = int(state.get(task.workload, {}).get("trials", 0))
+        entry = state[task.workload]
+        done = int(entry.get("trials", 0))
         over_budget = time_budget is not None and time.perf_counter() - started > time_budget
         todo = 0 if over_budget else max(0, want - done)
         if todo:
             bar.set_postfix_str(f"{task.name}: {todo} trials")
-            # Built here rather than by extracted_tasks_to_tune_contexts, which rewrites the
-            # process's logging configuration (and breaks on handlers without names).
-            contexts = [
-                ms.TuneContext(
-                    mod=task.extracted.dispatched[0],
-                    target=task.extracted.target,
-                    space_generator="post-order-apply",
-                    search_strategy="evolutionary",
-                    task_name=task.name,
-                    logger=logging.getLogger(f"{__name__}.{task.name[:100]}"),
-                    num_threads="physical",
-                ).clone()
-            ]
-            with tempfile.TemporaryDirectory(prefix="nxrt-tune-") as scratch:
-                ms.tune.tune_tasks(
-                    tasks=contexts,
-                    task_weights=[1.0],
-                    work_dir=scratch,
-                    max_trials_global=todo,
-                    max_trials_per_task=todo,
-                    num_trials_per_iter=min(per_iter, todo),
-                    builder=ms.builder.LocalBuilder(timeout_sec=_TIMEOUT_S),
-                    runner=runner,
-                    database=db.database,
-                    cost_model=ms.cost_model.XGBModel(
-                        extractor=ms.feature_extractor.PerStoreFeature(), num_warmup_samples=min(16, todo)
-                    ),
-                )
-            state[task.workload] = {"name": task.name, "trials": done + todo}
+            _search(task, todo, per_iter, builder, runner, db)
+            entry["trials"] = done + todo
             _write_json(state_path, state)
-        best = _best_us(db, task)
-        bar.set_postfix_str(f"{task.name}: best {best:.1f} us" if best else task.name)
-        results.append(TaskResult(task.name, task.workload, task.weight, task.flops, todo, done + todo, best, todo == 0))
+        best, best_is_rule = _best(db, task)
+        rule_us = entry.get("rule_us")
+        bar.set_postfix_str(f"{task.name}: best {best:.1f} us" + (f" (default {rule_us:.1f} us)" if rule_us else "")
+                            if best else task.name)
+        results.append(TaskResult(task.name, task.workload, task.weight, task.flops, todo, done + todo, best, todo == 0,
+                                  rule_us, best_is_rule))
     return TuneReport(device_key(tvm_target), directory, tuple(results), time.perf_counter() - started)
+
+
+def _search(task: TuningTask, trials: int, per_iter: int, builder: ms.builder.Builder, runner: ms.runner.Runner,
+            db: TuningDatabase) -> None:
+    """`trials` MetaSchedule trials of one task (evolutionary search, XGBoost cost model) into `db`."""
+    # Built here rather than by extracted_tasks_to_tune_contexts, which rewrites the
+    # process's logging configuration (and breaks on handlers without names).
+    context = ms.TuneContext(
+        mod=task.extracted.dispatched[0],
+        target=task.extracted.target,
+        space_generator="post-order-apply",
+        search_strategy="evolutionary",
+        task_name=task.name,
+        logger=logging.getLogger(f"{__name__}.{task.name[:100]}"),
+        num_threads="physical",
+    ).clone()
+    with tempfile.TemporaryDirectory(prefix="nxrt-tune-") as scratch:
+        ms.tune.tune_tasks(
+            tasks=[context],
+            task_weights=[1.0],
+            work_dir=scratch,
+            max_trials_global=trials,
+            max_trials_per_task=trials,
+            num_trials_per_iter=min(per_iter, trials),
+            builder=builder,
+            runner=runner,
+            database=db.database,
+            cost_model=ms.cost_model.XGBModel(
+                extractor=ms.feature_extractor.PerStoreFeature(), num_warmup_samples=min(16, trials)
+            ),
+        )
 
 
 def _write_json(path: Path, data: object) -> None:

@@ -1,4 +1,5 @@
-"""Tuning with tiny budgets: a valid per-device database, resume, device keys, records applied, RPC on loopback."""
+"""Tuning with tiny budgets: a valid per-device database, the default rules as the baseline record, resume,
+device keys, records applied (exact and by anchor op), RPC on loopback."""
 from __future__ import annotations
 
 import json
@@ -20,17 +21,26 @@ from parity import assert_parity, ort_run
 TRIALS = 4
 
 
-def _matmul_model():
+def _matmul_model(epilogue: str | None = None):
+    """x [32, 64] @ w [64, 48], then an optional elementwise epilogue (fused into the same kernel)."""
     rng = np.random.default_rng(0)
     weight = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y" if epilogue is None else "m"])]
+    if epilogue is not None:
+        nodes.append(helper.make_node(epilogue, ["m"], ["y"]))
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        nodes,
         "mm",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 48])],
         [weight],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _record_applied(variant) -> bool:
+    """A kernel ran its tuning record: a searched schedule, or the default rule's that measured fastest."""
+    return variant.variant.startswith("tuned") or variant.reason == "tuning measured the default rule fastest"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +62,17 @@ def test_small_budget_writes_a_valid_database(tuned):
     assert records and all(len(r) == 2 for r in records)  # [workload index, record]
 
 
+def test_default_rule_is_the_baseline_record(tuned):
+    """The rules' schedule is measured like a trial: the best record is never slower than it."""
+    logs, report = tuned
+    task = report.tasks[0]
+    assert task.rule_us is not None and task.rule_us > 0
+    assert task.best_us <= task.rule_us and task.speedup >= 1.0
+    assert task.best_is_rule == (task.best_us == task.rule_us)
+    state = json.loads((report.directory / "nxrt_tuning_state.json").read_text())
+    assert state[task.workload]["rule"] == "matmul" and state[task.workload]["trials"] == TRIALS
+
+
 def test_resume_adds_nothing_for_finished_tasks(tuned):
     logs, _ = tuned
     before = (logs / device_key(make_target("llvm")) / "database_tuning_record.json").read_bytes()
@@ -68,14 +89,38 @@ def test_records_apply_to_this_device_only(tuned, tmp_path):
     feeds = {"x": np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)}
     sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(logs)}, {}])
     variants = [v for k in sess._kernels for v in k.variants()]
-    assert [v.variant for v in variants] == ["tuned"]
+    assert len(variants) == 1 and _record_applied(variants[0]), variants
     assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
 
     # The same records under another device's key must not be applied here.
     other = tmp_path / "logs"
     shutil.copytree(logs / device_key(make_target("llvm")), other / "llvm-x86_64-othercpu-2c-00000000")
     sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(other)}, {}])
-    assert all(v.variant != "tuned" for k in sess._kernels for v in k.variants())
+    assert not any(_record_applied(v) for k in sess._kernels for v in k.variants())
+
+
+def test_record_of_the_same_anchor_op_is_transferred(tuned, tmp_path):
+    """A searched record of MatMul transfers to MatMul+Relu (same anchor block, another epilogue), exactly."""
+    from nxrt_tvm.tuning.database import TuningDatabase, is_searched
+
+    _, report = tuned
+    directory = report.directory
+    # Keep only searched records, so the transfer is tested even where the rule measured fastest.
+    db = TuningDatabase(directory, report.device_key)
+    searched = [r for r in db.database.get_all_tuning_records() if is_searched(r.trace)]
+    assert searched, "4 trials produced no searched record"
+    only = tmp_path / "searched" / report.device_key
+    only.mkdir(parents=True)
+    kept = TuningDatabase(only, report.device_key)
+    for record in searched:
+        kept.database.commit_tuning_record(type(record)(record.trace, kept.database.commit_workload(record.workload.mod),
+                                                        record.run_secs, record.target, record.args_info))
+    model = _matmul_model("Relu")
+    feeds = {"x": np.random.default_rng(2).standard_normal((32, 64)).astype(np.float32)}
+    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(only.parent)}, {}])
+    variants = [v for k in sess._kernels for v in k.variants()]
+    assert [v.variant for v in variants] == ["tuned:anchor"], variants
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
 
 
 def _free_port() -> int:

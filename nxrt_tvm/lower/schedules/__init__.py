@@ -21,7 +21,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .base import RULE_ATTR, ApplySchedules, CpuRule
+from .base import RULE_ATTR, ApplySchedules, CpuRule, schedule_with_rules
 from .conv import Conv
 from .injective import Injective
 from .matmul import Matmul
@@ -32,6 +32,7 @@ __all__ = [
     "pre_legalize_passes",
     "default_rules",
     "ApplySchedules",
+    "schedule_with_rules",
     "CpuRule",
     "RULE_ATTR",
     "Conv",

@@ -17,7 +17,7 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 from tvm.target.codegen import llvm_get_vector_width
 
-__all__ = ["CpuRule", "ApplySchedules", "RULE_ATTR", "vector_lanes", "extent_of", "uses_div_mod", "parallel_vectorize"]
+__all__ = ["CpuRule", "ApplySchedules", "schedule_with_rules", "RULE_ATTR", "vector_lanes", "extent_of", "uses_div_mod", "parallel_vectorize"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,18 @@ def _is_scheduled(func: tirx.PrimFunc) -> bool:
     return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
 
 
+def schedule_with_rules(func: tirx.PrimFunc, target: Target, rules: Sequence[CpuRule]) -> tuple[str, s_tir.Schedule] | None:
+    """(rule name, schedule) of the first rule that fits `func`, or None.
+
+    The schedule is traced, so tuning can measure it and keep it as a candidate record.
+    """
+    for rule in rules:
+        sch = rule.apply(func, target, False)
+        if sch is not None:
+            return rule.name, sch
+    return None
+
+
 @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.ApplyCpuSchedules")
 class ApplySchedules:
     """Schedule every unscheduled PrimFunc with the first rule that fits; tag it with the rule's name.
@@ -76,11 +88,10 @@ class ApplySchedules:
             func_target = func_target or target
             if func_target is None:
                 continue
-            for rule in self.rules:
-                sch = rule.apply(func, func_target, False)
-                if sch is not None:
-                    updates[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, rule.name)
-                    break
+            found = schedule_with_rules(func, func_target, self.rules)
+            if found is not None:
+                rule, sch = found
+                updates[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, rule)
         for gvar, func in updates.items():
             mod[gvar] = func
         return mod

@@ -1,0 +1,95 @@
+"""Compile in a forked child process, so that TVM aborting or crashing while compiling costs a decline, not the process.
+
+TVM reports most failures as exceptions, but a bug in a pass, in LLVM code
+generation or in a user pass can end in `abort()` or a segfault, and a model
+is user input. The child is forked, not spawned: it inherits the imported TVM
+and every user pass as they are (passes are not picklable), and costs a few
+milliseconds (what the child inherits is frozen for its garbage collector:
+objects whose threads stayed in the parent must not be finalised there). It compiles, exports the library (which an EPContext or the
+compile cache needs anyway) and sends the bytes back through a pipe; the
+parent loads them. A child that dies by a signal, or runs past the time
+limit, becomes a `CompileFailed` that names the signal.
+"""
+from __future__ import annotations
+
+import faulthandler
+import gc
+import os
+import pickle
+import select
+import signal
+import time
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..api.errors import CompileFailed
+
+__all__ = ["fork_available", "run_isolated"]
+
+T = TypeVar("T")
+
+
+def fork_available() -> bool:
+    return hasattr(os, "fork")
+
+
+def _child(fn: Callable[[], object], write_fd: int) -> None:
+    # Objects inherited from the parent must never be finalised here: their threads did not survive the fork,
+    # and e.g. an onnxruntime session's destructor then blocks forever on a condition variable.
+    gc.freeze()
+    faulthandler.disable()  # a crash here is reported by the parent, as a decline; no traceback dump on stderr
+    try:
+        try:
+            payload = pickle.dumps(("ok", fn()), protocol=pickle.HIGHEST_PROTOCOL)
+        except CompileFailed as exc:
+            payload = pickle.dumps(("failed", str(exc)))
+        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as text
+            payload = pickle.dumps(("failed", f"{type(exc).__name__}: {exc}"))
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write_fd, view):]
+    finally:
+        os._exit(0)
+
+
+def _read_all(read_fd: int, pid: int, deadline: float) -> bytes:
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([read_fd], [], [], left)[0]:
+            os.kill(pid, signal.SIGKILL)
+            raise TimeoutError
+        chunk = os.read(read_fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def run_isolated(fn: Callable[[], T], what: str, timeout_s: float) -> T:
+    """`fn()` run in a forked child; its (picklable) result, or `CompileFailed` if it failed, crashed or hung."""
+    read_fd, write_fd = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12+ warns on fork in a threaded process; the child only compiles
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's coverage is not collected
+        os.close(read_fd)
+        _child(fn, write_fd)
+    os.close(write_fd)
+    try:
+        data = _read_all(read_fd, pid, time.monotonic() + timeout_s)
+    except TimeoutError:
+        os.waitpid(pid, 0)
+        raise CompileFailed(f"compiling {what} took longer than {timeout_s:.0f} s and was stopped") from None
+    finally:
+        os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        raise CompileFailed(f"TVM crashed ({name}) while compiling {what}")
+    if not data:
+        raise CompileFailed(f"the compiler process for {what} exited ({os.WEXITSTATUS(status)}) without a result")
+    kind, value = pickle.loads(data)
+    if kind == "failed":
+        raise CompileFailed(value)
+    return value
