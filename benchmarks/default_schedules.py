@@ -4,7 +4,8 @@
 
 One process, one thread count for everyone (onnxruntime's intra-op threads =
 TVM_NUM_THREADS = the cores this process may use), median of ``--repeat``
-runs after a warm-up. Columns: onnxruntime, nxrt-tvm with TVM's default
+runs after a warm-up, in 5 rounds that alternate between the configurations
+(the row's figure is the median of the rounds). Columns: onnxruntime, nxrt-tvm with TVM's default
 pipeline (``schedule_passes=[]``: naive loops), nxrt-tvm with the default
 schedules (``schedule_passes=None``, ``claim_policy="all"``), and nxrt-tvm
 with ``claim_policy="cost"`` (partitions measured slower than onnxruntime at
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import models  # noqa: E402
 import nxrt_tvm  # noqa: E402
 from peak import fp32_peak_gflops  # noqa: E402
-from nxrt_tvm.timing import median_seconds  # noqa: E402
+from nxrt_tvm.timing import interleaved_medians, median_seconds  # noqa: E402
 import nxrt_tvm.data  # noqa: E402
 
 BENCH = {
@@ -55,21 +56,18 @@ def _model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return models.MODELS[name](), models.make_inputs(name)
 
 
-def median_ms(run, repeat: int) -> float:
-    return 1e3 * median_seconds(run, repeat)
-
-
 def measure(name: str, repeat: int, threads: int, skip_naive: bool) -> dict:
+    """One row: every configuration built first, then timed in interleaved rounds (`interleaved_medians`)."""
     model, feeds = _model(name)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     ort_session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     want = ort_session.run(None, feeds)
-    row = {"name": name, "ort": median_ms(lambda: ort_session.run(None, feeds), repeat)}
+    row: dict = {"name": name, "naive": math.nan}
+    runs = {"ort": lambda: ort_session.run(None, feeds)}
     configs = (("naive", {"schedule_passes": []}), ("rules", {}), ("cost", {"claim_policy": "cost"}))
     for key, options in configs:
         if key == "naive" and skip_naive:
-            row[key] = math.nan
             continue
         start = time.perf_counter()
         session = nxrt_tvm.InferenceSession(model, provider_options=[{"target": "llvm", **options}, {}])
@@ -77,8 +75,11 @@ def measure(name: str, repeat: int, threads: int, skip_naive: bool) -> dict:
         row[key + "_tvm_nodes"] = session.plan.nodes_by_ep().get("TvmExecutionProvider", 0)
         got = session.run(None, feeds)
         row[key + "_err"] = max(float(np.max(np.abs(g - w))) / (float(np.max(np.abs(w))) + 1e-12) for g, w in zip(got, want))
-        # naive kernels are slow: fewer runs keep the benchmark short, median still of >= 3
-        row[key] = median_ms(lambda: session.run(None, feeds), repeat if key != "naive" else max(3, repeat // 4))
+        if key == "naive":  # naive kernels are slow: a few runs, timed on their own
+            row[key] = 1e3 * median_seconds(lambda: session.run(None, feeds), max(3, repeat // 4))
+        else:
+            runs[key] = lambda session=session: session.run(None, feeds)
+    row.update({key: 1e3 * s for key, s in interleaved_medians(runs, repeat).items()})
     return row
 
 
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
     threads = int(os.environ["TVM_NUM_THREADS"])
     rows = [measure(name, args.repeat, threads, args.skip_naive) for name in (args.only or BENCH)]
 
-    print(f"\nthreads: {threads} (onnxruntime intra-op = TVM_NUM_THREADS); median of {args.repeat} runs\n")
+    print(f"\nthreads: {threads} (onnxruntime intra-op = TVM_NUM_THREADS); median of 5 interleaved rounds of {args.repeat} runs\n")
     print("| model | onnxruntime ms | TVM default ms (x ORT) | default schedules ms (x ORT) "
           "| claim_policy=cost ms (x ORT) | TVM nodes all / cost | max rel. err | build s all / cost |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -28,13 +28,9 @@ import onnxruntime as ort  # noqa: E402
 import models  # noqa: E402
 import nxrt_tvm as nx  # noqa: E402
 from nxrt_tvm.lower.target import make_target  # noqa: E402
-from nxrt_tvm.timing import median_seconds  # noqa: E402
+from nxrt_tvm.timing import interleaved_medians  # noqa: E402
 from nxrt_tvm.tuning import device_key  # noqa: E402
 from peak import fp32_peak_gflops  # noqa: E402
-
-
-def _median_ms(fn, repeat: int) -> float:
-    return 1e3 * median_seconds(fn, repeat)
 
 
 def _kinds(session) -> Counter:
@@ -74,13 +70,9 @@ def main() -> None:
         ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         untuned = nx.InferenceSession(model)
         tuned = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(args.log_dir)}, {}])
-        row = {
-            "model": name,
-            "ort_ms": _median_ms(lambda: ref.run(None, feeds), args.repeat),
-            "untuned_ms": _median_ms(lambda: untuned.run(None, feeds), args.repeat),
-            "tuned_ms": _median_ms(lambda: tuned.run(None, feeds), args.repeat),
-            "kernels": dict(_kinds(tuned)),
-        }
+        times = interleaved_medians({"ort_ms": lambda: ref.run(None, feeds), "untuned_ms": lambda: untuned.run(None, feeds),
+                                     "tuned_ms": lambda: tuned.run(None, feeds)}, args.repeat)
+        row = {"model": name, **{k: 1e3 * v for k, v in times.items()}, "kernels": dict(_kinds(tuned))}
         rows.append(row)
         k = row["kernels"]
         print(f"| {name} | {row['ort_ms']:.3f} | {row['untuned_ms']:.3f} | {row['tuned_ms']:.3f} "

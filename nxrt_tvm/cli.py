@@ -20,7 +20,7 @@ from .partition.plan import make_plan
 from .ort.cli import add_cli as _add_ort_plugin_cli
 from .session import InferenceSession
 from .session_options import SessionOptions
-from .timing import median_seconds
+from .timing import interleaved_medians
 
 __all__ = ["main"]
 
@@ -151,8 +151,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
             diffs[o.name] = {"max_abs_diff": err, "ok": bool(close)}
             ok &= bool(close)
-        nx_s = median_seconds(lambda: sess.run(None, feeds), args.repeat)
-        ort_s = median_seconds(lambda: ref.run(None, feeds), args.repeat)
+        times = interleaved_medians({"nx": lambda: sess.run(None, feeds), "ort": lambda: ref.run(None, feeds)}, args.repeat)
+        nx_s, ort_s = times["nx"], times["ort"]
         report["check"] = {"rtol": args.rtol, "atol": args.atol, "outputs": diffs, "ok": ok}
         report["latency_ms"] = {
             "nxrt_tvm": round(nx_s * 1e3, 4),
@@ -221,7 +221,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     )
     rows = [
         {"task": t.name, "weight": t.weight, "gflop": round(t.flops / 1e9, 4), "trials": t.trials,
-         "total_trials": t.total_trials, "best_us": None if t.best_us is None else round(t.best_us, 2), "resumed": t.skipped}
+         "total_trials": t.total_trials, "best_us": None if t.best_us is None else round(t.best_us, 2),
+         "default_us": None if t.rule_us is None else round(t.rule_us, 2), "default_fastest": t.best_is_rule,
+         "resumed": t.skipped}
         for t in report.tasks
     ]
     if args.json:
@@ -231,8 +233,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         print(f"device key {report.device_key}: {len(rows)} tasks, {report.trials} trials in {report.seconds:.0f} s -> {report.directory}")
         for r in rows:
             best = "-" if r["best_us"] is None else f"{r['best_us']:.1f} us"
-            note = " (done before)" if r["resumed"] else ""
-            print(f"  {r['task']:<60} x{r['weight']:<3} trials {r['total_trials']:>4}  best {best}{note}")
+            default = "" if r["default_us"] is None else f", default rules {r['default_us']:.1f} us"
+            note = (" (default rules fastest)" if r["default_fastest"] else "") + (" (done before)" if r["resumed"] else "")
+            print(f"  {r['task']:<60} x{r['weight']:<3} trials {r['total_trials']:>4}  best {best}{default}{note}")
     return 0
 
 
@@ -242,8 +245,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     sess = InferenceSession(model, _session_options(args), providers=providers, provider_options=options)
     feeds = random_feeds(sess.graph, _dims(args), args.seed)
     ref, threads = _reference(model)
-    nx_s = median_seconds(lambda: sess.run(None, feeds), args.repeat)
-    ort_s = median_seconds(lambda: ref.run(None, feeds), args.repeat)
+    times = interleaved_medians({"nx": lambda: sess.run(None, feeds), "ort": lambda: ref.run(None, feeds)}, args.repeat)
+    nx_s, ort_s = times["nx"], times["ort"]
     variants = _kernel_variants(sess)
     counts: dict[str, int] = {}
     for vs in variants.values():

@@ -10,7 +10,7 @@ from tvm import relax
 
 from ..api.tensor import aligned_empty
 from ..graph.model import GraphView
-from ..timing import median_seconds
+from ..timing import interleaved_medians
 from .build import partition_model
 
 __all__ = ["measure_partition"]
@@ -42,10 +42,10 @@ def measure_partition(
         return None
     vm = relax.VirtualMachine(module, tvm.cpu())
     args = [tvm.runtime.from_dlpack(a) for a in arrays]
-    tvm_us = 1e6 * median_seconds(lambda: vm["main"](*args), 200, budget_s=budget_s / 2)
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(partition_model(graph, nodes, name).SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = dict(zip(inputs, arrays))
-    ort_us = 1e6 * median_seconds(lambda: session.run(None, feeds), 200, budget_s=budget_s / 2)
-    return tvm_us, ort_us
+    times = interleaved_medians({"tvm": lambda: vm["main"](*args), "ort": lambda: session.run(None, feeds)}, 100,
+                                rounds=3, budget_s=budget_s)
+    return 1e6 * times["tvm"], 1e6 * times["ort"]

@@ -8,6 +8,8 @@ fast math before legalisation, and the schedule rules right after FuseTIR.
 Tuning records apply first in that schedule phase, so a tuned kernel wins
 over the rules; the kernels after FuseTIR are what tuning tasks are made of
 (`fusion_passes`), so extraction and compilation share those phases.
+Constant weights may be repacked by a schedule (`layout_passes`): the
+repacking is moved out of the kernel and folded at compile time.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import tvm
+from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda
 
@@ -23,7 +26,7 @@ from ..tuning.database import TUNING_ATTR, ApplyTuningRecords, TuningDatabase
 from . import schedules
 from .schedules.base import RULE_ATTR
 
-__all__ = ["Lowering", "fusion_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
+__all__ = ["Lowering", "fusion_passes", "layout_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,24 @@ def schedule_phase(
     return schedules.pre_legalize_passes(target), schedules.cpu_schedule_passes(target)
 
 
+def layout_passes(target: tvm.target.Target) -> tuple[list[tvm.transform.Pass], list[tvm.transform.Pass]]:
+    """(after FuseTIR, after scheduling) passes that let CPU kernels repack constant weights at compile time.
+
+    The first marks kernel parameters bound to constants as layout-free; a schedule (the matmul
+    rule, or a tuning record made by MetaSchedule's RewriteLayout) may then read them through a
+    layout-rewrite block, which the second pair moves out of the kernel and folds on the constant.
+    """
+    if target.kind.name != "llvm":
+        return [], []
+    return [relax.transform.AttachAttrLayoutFreeBuffers()], [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
+
+
 def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) -> list[tvm.transform.Pass]:
-    """Up to FuseTIR: the kernels here are the workloads tuning records are keyed on."""
+    """Up to FuseTIR (and layout-free marks): the kernels here are the workloads tuning records are keyed on."""
     backend = _backend(target)
     pre_legalize, _ = schedule_phase(target, lowering.schedule_passes)
-    return [*backend.library_dispatch_passes(target), *pre_legalize, *backend.legalize_passes(target)]
+    mark_layout_free, _ = layout_passes(target)
+    return [*backend.library_dispatch_passes(target), *pre_legalize, *backend.legalize_passes(target), *mark_layout_free]
 
 
 _TUNED = {
@@ -111,6 +127,7 @@ def lowering_passes(
     """
     backend = _backend(target)
     _, schedule = schedule_phase(target, lowering.schedule_passes)
+    _, fold_layouts = layout_passes(target)
     tuned = [ApplyTuningRecords(lowering.database)] if lowering.database is not None else []
     notes = variants if variants is not None else []
     return [
@@ -119,6 +136,7 @@ def lowering_passes(
         *tuned,
         *schedule,
         _record(notes),
+        *fold_layouts,
         *backend.dataflow_lower_passes(target),
         *backend.finalize_passes(target),
     ]

@@ -3,7 +3,9 @@ device keys, records applied (exact and by anchor op), RPC on loopback."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -147,16 +149,17 @@ def _wait_for_server(port: int, key: str, timeout: float = 60.0) -> None:
 
 def test_rpc_tuning_on_loopback(tmp_path):
     port = _free_port()
+    # Own process groups: the server forks popen workers that outlive a plain terminate().
     tracker = subprocess.Popen(  # loopback only: both would bind 0.0.0.0 unless told
         [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     server = None
     try:
         server = subprocess.Popen(
             [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--tracker", f"127.0.0.1:{port}",
              "--key", "nxrt-test", "--custom-addr", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         _wait_for_server(port, "nxrt-test")
         report = nx.tune_model(
@@ -167,7 +170,7 @@ def test_rpc_tuning_on_loopback(tmp_path):
     finally:
         for proc in (server, tracker):
             if proc is not None:
-                proc.terminate()
+                os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=30)
 
 
