@@ -270,7 +270,7 @@ class TvmExecutionProvider(ExecutionProvider):
         return DeclineSignal(
             Rejected.PARTITION,
             f"claim_policy='cost': its partition ({len(group)} nodes) measured {tvm_us:.1f} us on TVM "
-            f"vs {ort_us:.1f} us on the fallback",
+            f"vs {ort_us:.1f} us on the fallback (net of its per-run cost)",
             "partitions expected to run faster on TVM than on the fallback",
             "tune it (nxrt-tvm tune) or use claim_policy='all' to compile it anyway",
         )

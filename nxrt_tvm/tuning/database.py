@@ -1,7 +1,12 @@
 """Per-device MetaSchedule databases: open, digest, and the pass that applies them at compile time.
 
-A kernel takes the record of its own workload when one exists; otherwise the
-record of a kernel with the same *anchor* operation (the same matmul or conv
+Two databases per device key, both in TVM's JSON format: MetaSchedule's own
+(the search's measured candidates) and, in ``default_schedules/``, the default
+rules' schedule of every tuned kernel, measured the same way (the baseline a
+searched schedule must beat; kept apart because the search seeds itself from
+its database, and replaying a rule's layout rewrite there fails). The fastest
+record of either wins. A kernel takes the record of its own workload when one
+exists; otherwise the record of a kernel with the same *anchor* operation (the same matmul or conv
 with another epilogue: MetaSchedule's ``anchor-block`` module equality) is
 transferred to it with MetaSchedule's anchor-trace application. A record whose
 trace is the default rule's own schedule (tuning measures it as a candidate,
@@ -29,6 +34,8 @@ __all__ = ["open_database", "database_digest", "TuningDatabase", "RecordMatch", 
 log = logging.getLogger(__name__)
 
 _FILES = ("database_workload.json", "database_tuning_record.json")
+#: subfolder of a device key's folder holding the default rules' measured schedules
+BASELINE_DIR = "default_schedules"
 #: MetaSchedule's run time for a candidate that failed to build or run (1e10 s); anything this slow is no record.
 FAILED_RUN_SECS = 1e9
 #: PrimFunc attribute: how a tuning record scheduled the function ("exact", "anchor") or "rule-best".
@@ -63,55 +70,81 @@ class RecordMatch:
         return 1e6 * sum(secs) / len(secs)
 
 
+def _json_database(directory: Path) -> ms.database.JSONDatabase:
+    return ms.database.JSONDatabase(
+        path_workload=str(directory / _FILES[0]), path_tuning_record=str(directory / _FILES[1]), allow_missing=True
+    )
+
+
+def _top(database: ms.database.Database, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
+    if not database.has_workload(mod):
+        return None
+    top = database.get_top_k(database.commit_workload(mod), 1)
+    return top[0] if top and _valid(top[0]) else None
+
+
+def _mean(record: ms.database.TuningRecord) -> float:
+    return sum(float(s) for s in record.run_secs) / len(record.run_secs)
+
+
 class TuningDatabase:
-    """The records of one device key, ready to apply while lowering."""
+    """The records of one device key (searched and baseline), ready to apply while lowering."""
 
     def __init__(self, directory: Path, key: str):
         self.directory = directory
         self.key = key
-        self.database = ms.database.JSONDatabase(
-            path_workload=str(directory / _FILES[0]), path_tuning_record=str(directory / _FILES[1]), allow_missing=True
-        )
+        self.database = _json_database(directory)  # MetaSchedule's: the search reads and writes it
+        self.baseline = _json_database(directory / BASELINE_DIR) if (directory / BASELINE_DIR).is_dir() else None
         self.digest = database_digest(directory)
         self._anchors: ms.database.MemoryDatabase | None = None
 
     def __len__(self) -> int:
-        return len(self.database)
+        return len(self.database) + (len(self.baseline) if self.baseline is not None else 0)
+
+    def _databases(self) -> list[ms.database.Database]:
+        return [self.database] + ([self.baseline] if self.baseline is not None else [])
 
     def has_record(self, func: tvm.tirx.PrimFunc) -> bool:
         return self.best(workload_module(func)) is not None
 
+    def commit_baseline(self, mod: tvm.IRModule, trace: s_tir.Trace, run_secs, target, args_info) -> None:
+        """Keep the default rules' measured schedule of a kernel (see the module docstring)."""
+        if self.baseline is None:
+            (self.directory / BASELINE_DIR).mkdir(parents=True, exist_ok=True)
+            self.baseline = _json_database(self.directory / BASELINE_DIR)
+        workload = self.baseline.commit_workload(mod)
+        self.baseline.commit_tuning_record(ms.database.TuningRecord(trace, workload, run_secs, target, args_info))
+        self._anchors = None
+
     def best(self, mod: tvm.IRModule) -> RecordMatch | None:
         """The fastest valid record for `mod` (a one-function module): its own workload's, else its anchor op's."""
-        if self.database.has_workload(mod):
-            top = self.database.get_top_k(self.database.commit_workload(mod), 1)
-            if top and _valid(top[0]):
-                return RecordMatch(top[0], "exact")
-        anchors = self._anchor_database()
-        if not anchors.has_workload(mod):
-            return None
-        top = anchors.get_top_k(anchors.commit_workload(mod), 1)
-        return RecordMatch(top[0], "anchor") if top and _valid(top[0]) else None
+        exact = [r for r in (_top(db, mod) for db in self._databases()) if r is not None]
+        if exact:
+            return RecordMatch(min(exact, key=_mean), "exact")
+        record = _top(self._anchor_database(), mod)
+        return RecordMatch(record, "anchor") if record is not None else None
 
     def _anchor_database(self) -> ms.database.MemoryDatabase:
         """The records re-keyed by anchor block (built once, on the first kernel without its own record)."""
         if self._anchors is None:
             self._anchors = ms.database.MemoryDatabase(module_equality="anchor-block")
-            for record in self.database.get_all_tuning_records():
-                if _valid(record):
-                    workload = self._anchors.commit_workload(record.workload.mod)
-                    self._anchors.commit_tuning_record(ms.database.TuningRecord(
-                        record.trace, workload, record.run_secs, record.target, record.args_info))
+            for database in self._databases():
+                for record in database.get_all_tuning_records():
+                    if _valid(record):
+                        workload = self._anchors.commit_workload(record.workload.mod)
+                        self._anchors.commit_tuning_record(ms.database.TuningRecord(
+                            record.trace, workload, record.run_secs, record.target, record.args_info))
         return self._anchors
 
 
 def database_digest(directory: Path) -> str:
-    """sha256 over the database files: part of compile-cache keys, so new records invalidate old builds."""
+    """sha256 over the database files (baseline included): part of compile-cache keys, so new records invalidate old builds."""
     digest = hashlib.sha256()
-    for name in _FILES:
-        path = Path(directory) / name
-        if path.is_file():
-            digest.update(name.encode() + b"\0" + path.read_bytes())
+    for folder in (Path(directory), Path(directory) / BASELINE_DIR):
+        for name in _FILES:
+            path = folder / name
+            if path.is_file():
+                digest.update(f"{folder.name}/{name}".encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

@@ -105,7 +105,7 @@ def _best(db: TuningDatabase, task: TuningTask) -> tuple[float | None, bool]:
 
 def _measure_rule(task: TuningTask, target, builder: ms.builder.Builder, runner: ms.runner.Runner,
                   db: TuningDatabase) -> tuple[str, float] | None:
-    """Measure the default rules' schedule of a task like a trial and commit it as a record: (rule, us)."""
+    """Measure the default rules' schedule of a task like a trial and keep it as its baseline record: (rule, us)."""
     kernel = task.extracted.dispatched[0]
     found = schedule_with_rules(kernel["main"], target, default_rules())
     if found is None:
@@ -115,7 +115,8 @@ def _measure_rule(task: TuningTask, target, builder: ms.builder.Builder, runner:
     if built.error_msg:
         log.warning("the default %s schedule of %s did not build for measurement: %s", rule, task.name, built.error_msg.splitlines()[0])
         return None
-    args = ms.arg_info.ArgInfo.from_prim_func(kernel["main"])
+    # As MetaSchedule measures its candidates: a layout-rewrite block (packed weights) is not run, its output is the argument.
+    args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
     try:
         device = "cpu" if target.kind.name == "llvm" else target.kind.name
         (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, device, args)])
@@ -126,8 +127,7 @@ def _measure_rule(task: TuningTask, target, builder: ms.builder.Builder, runner:
         log.warning("the default %s schedule of %s failed to run for measurement: %s", rule, task.name,
                     (result.error_msg or "no run time").strip().splitlines()[-1])
         return None
-    workload = db.database.commit_workload(kernel)
-    db.database.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, result.run_secs, target, args))
+    db.commit_baseline(kernel, sch.trace, result.run_secs, target, args)
     secs = [float(x) for x in result.run_secs]
     return rule, 1e6 * sum(secs) / len(secs)
 

@@ -73,6 +73,9 @@ def test_default_rule_is_the_baseline_record(tuned):
     assert task.best_is_rule == (task.best_us == task.rule_us)
     state = json.loads((report.directory / "nxrt_tuning_state.json").read_text())
     assert state[task.workload]["rule"] == "matmul" and state[task.workload]["trials"] == TRIALS
+    # kept beside MetaSchedule's database, in its format, not inside it (the search seeds itself from its own)
+    baseline = report.directory / "default_schedules" / "database_tuning_record.json"
+    assert baseline.is_file() and len(baseline.read_text().splitlines()) == 1
 
 
 def test_resume_adds_nothing_for_finished_tasks(tuned):
