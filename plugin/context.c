@@ -148,7 +148,12 @@ static int check_notes(const json* notes, const nx_context* ctx, const char* sdk
   if (slash) *slash = '\0';
   if (strcmp(arch, host_arch()))
     return WHY("built for %s CPUs, this host is %s; %s", *arch ? arch : "(unknown)", host_arch(), RECOMPILE);
-  return check_cpu_features(json_get(notes, "cpu_features"), hardware, why, why_len);
+  if (check_cpu_features(json_get(notes, "cpu_features"), hardware, why, why_len)) return 1;
+  char problem[256];
+  if (elf_check(ctx->blob, ctx->blob_len, problem, sizeof problem))
+    return WHY("blob is not a loadable shared library: %s; restore the artifact from the compile output, or recompile",
+               problem);
+  return 0;
 }
 
 int read_context(const OrtApi* api, const OrtGraph* graph, const OrtNode* node, nx_context* out, char* why,

@@ -77,6 +77,10 @@ const char* host_arch(void); /* "x86_64", "aarch64", ... as LLVM's triple spells
 /* 0 when every feature name in `features` (a JSON array of strings) is present on this CPU. */
 int check_cpu_features(const json* features, const char* built_for, char* why, size_t why_len);
 
+/* ---- elf.c ---- */
+/* 0 when the blob is a well-formed 64-bit shared library of this host that dlopen can map safely. */
+int elf_check(const unsigned char* blob, size_t size, char* why, size_t why_len);
+
 /* ---- context.c ---- */
 typedef struct {
   char* partition;         /* owned */

@@ -6,6 +6,7 @@ ORT's CPU EP, so every parity test here is multi-partition and mixed.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -160,6 +161,21 @@ def test_truncated_blob_is_declined(plugin_library, embedded_model, tmp_path, ca
         _set_attr(node, "ep_cache_context", _attr(node, "ep_cache_context")[:-16])
 
     _assert_declined(_edited_copy(embedded_model, tmp_path, truncate), capfd, "truncated or replaced")
+
+
+@pytest.mark.parametrize("mode", ["truncated", "zeroed"])
+def test_forged_blob_is_declined_before_dlopen(plugin_library, embedded_model, tmp_path, capfd, mode):
+    """sha256 and size rewritten with the blob: the ELF checks (as in Python) decline it; dlopen would crash ORT."""
+    def forge(model):
+        node = _context_nodes(model)[0]
+        blob = _attr(node, "ep_cache_context")
+        blob = blob[: len(blob) // 2] if mode == "truncated" else blob[:4096] + b"\0" * (len(blob) - 4096)
+        _set_attr(node, "ep_cache_context", blob)
+        notes = json.loads(_attr(node, "notes"))
+        notes["sha256"], notes["size"] = hashlib.sha256(blob).hexdigest(), len(blob)
+        _set_attr(node, "notes", json.dumps(notes).encode())
+
+    _assert_declined(_edited_copy(embedded_model, tmp_path, forge), capfd, "not a loadable shared library")
 
 
 def test_external_path_leaving_the_model_folder_is_declined(plugin_library, external_model, tmp_path, capfd):
