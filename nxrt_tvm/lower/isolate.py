@@ -4,8 +4,10 @@ TVM reports most failures as exceptions, but a bug in a pass, in LLVM code
 generation or in a user pass can end in `abort()` or a segfault, and a model
 is user input. The child is forked, not spawned: it inherits the imported TVM
 and every user pass as they are (passes are not picklable), and costs a few
-milliseconds (what the child inherits is frozen for its garbage collector:
-objects whose threads stayed in the parent must not be finalised there). It compiles, exports the library (which an EPContext or the
+milliseconds. Threads do not survive a fork, so the child freezes what it
+inherits for its garbage collector (objects whose threads stayed in the
+parent must not be finalised there) and runs TVM's parallel loops inline
+(the pool's workers stayed in the parent too). It compiles, exports the library (which an EPContext or the
 compile cache needs anyway) and sends the bytes back through a pipe; the
 parent loads them. A child that dies by a signal, or runs past the time
 limit, becomes a `CompileFailed` that names the signal.
@@ -38,6 +40,9 @@ def _child(fn: Callable[[], object], write_fd: int) -> None:
     # Objects inherited from the parent must never be finalised here: their threads did not survive the fork,
     # and e.g. an onnxruntime session's destructor then blocks forever on a condition variable.
     gc.freeze()
+    # TVM's thread pool came across too, without its worker threads: a parallel kernel run while compiling
+    # (FoldConstant) would wait for them forever. With one thread, TVM runs parallel loops inline.
+    os.environ["TVM_NUM_THREADS"] = "1"
     faulthandler.disable()  # a crash here is reported by the parent, as a decline; no traceback dump on stderr
     try:
         try:

@@ -1,0 +1,54 @@
+"""Compilation in a forked child: results, failures and crashes come back; inherited runtime state cannot hang it."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tvm
+from tvm.script import tirx as T
+
+from nxrt_tvm.api.errors import CompileFailed
+from nxrt_tvm.lower.isolate import fork_available, run_isolated
+
+pytestmark = pytest.mark.skipif(not fork_available(), reason="needs os.fork")
+
+
+@T.prim_func
+def _parallel_double(a: T.Buffer((4096,), "float32"), b: T.Buffer((4096,), "float32")):
+    for i in T.parallel(4096):
+        b[i] = a[i] * T.float32(2)
+
+
+def _run_parallel_kernel() -> float:
+    """A TVM kernel with a parallel loop (TVM's thread pool runs it); the sum of its output."""
+    lib = tvm.compile(tvm.IRModule({"main": _parallel_double}), "llvm")
+    a = tvm.runtime.tensor(np.ones(4096, np.float32))
+    b = tvm.runtime.tensor(np.zeros(4096, np.float32))
+    lib["main"](a, b)
+    return float(b.numpy().sum())
+
+
+def test_parallel_kernels_run_in_the_child_after_the_parent_started_its_pool():
+    """The pool's workers stay in the parent; FoldConstant runs kernels while compiling: they must run inline."""
+    assert _run_parallel_kernel() == 8192.0  # the parent's pool now has worker threads
+    assert run_isolated(_run_parallel_kernel, "a parallel kernel", timeout_s=60) == 8192.0
+
+
+def test_results_failures_and_crashes_come_back():
+    assert run_isolated(lambda: {"blob": b"\x00" * 3_000_000}, "a large result", 60)["blob"] == b"\x00" * 3_000_000
+
+    def fail():
+        raise CompileFailed("no converter")
+
+    with pytest.raises(CompileFailed, match="no converter"):
+        run_isolated(fail, "a failing compile", 60)
+    with pytest.raises(CompileFailed, match=r"TVM crashed \(SIGABRT\) while compiling a crash"):
+        run_isolated(os.abort, "a crash", 60)
+
+
+def test_a_hung_compile_is_stopped():
+    import time
+
+    with pytest.raises(CompileFailed, match="took longer than 1 s"):
+        run_isolated(lambda: time.sleep(30), "a hang", 1)
