@@ -1,6 +1,10 @@
 """Untuned vs tuned vs onnxruntime, same threads, in one run; GEMM GFLOP/s against the CPU's measured fp32 peak.
 
     python benchmarks/tuning.py [--log-dir tuning_logs] [--models mlp gemm ...] [--repeat 30] [--json OUT]
+                                [--tune TRIALS [--time-budget S]]
+
+With ``--tune``, the models are tuned first (all of them in one `tune_model` call, so
+kernels they share are tuned once; resumable), as the shipped logs were made.
 
 "untuned" uses the default CPU schedules; "tuned" applies the records of this
 host's device key under --log-dir (kernels without a record keep the default
@@ -52,9 +56,18 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["mlp", "gemm", "transformer_block", "bert", "resnet"])
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--tune", type=int, metavar="TRIALS", help="tune the models first with this many trials in all")
+    parser.add_argument("--time-budget", type=float, help="with --tune: stop starting tasks after this many seconds")
     args = parser.parse_args()
     threads = int(os.environ["TVM_NUM_THREADS"])
     key = device_key(make_target("llvm"))
+    if args.tune:
+        report = nx.tune_model([models.MODELS[name]() for name in args.models], trials=args.tune,
+                               time_budget=args.time_budget, log_dir=args.log_dir)
+        print(f"tuned {len(report.tasks)} tasks, {report.trials} trials in {report.seconds / 60:.1f} min")
+        for t in report.tasks:
+            print(f"  {t.name:<50} x{t.weight:<3} trials {t.total_trials:>4}  best {t.best_us or 0:9.1f} us  "
+                  f"default rules {t.rule_us or 0:9.1f} us" + ("  (default fastest)" if t.best_is_rule else ""))
     state_path = args.log_dir / key / "nxrt_tuning_state.json"
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
     print(f"device key {key}: {len(state)} workloads, {sum(v.get('trials', 0) for v in state.values())} trials recorded; "

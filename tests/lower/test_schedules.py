@@ -157,14 +157,21 @@ def test_rule_matches_onnxruntime_and_applies(case):
         assert "T.vectorized" in script
 
 
-@pytest.mark.parametrize("case,packed", [("matmul_packed_1x64x96", (3, 64, 32)), ("matmul_packed_33x100x64", (2, 100, 32)),
-                                         ("gemm_transB_packed_7x17x32", (1, 17, 32)), ("matmul_64x48x40", None)])
-def test_constant_weights_are_packed_at_compile_time(case, packed):
-    """The matmul kernel reads a [N/32, K, 32] constant; the repacking itself was folded away (no copy at run time)."""
+@pytest.mark.parametrize("case,rule,weight", [
+    ("matmul_packed_1x64x96", "matmul", (3, 64, 32)),
+    ("matmul_packed_33x100x64", "matmul", (2, 100, 32)),
+    ("gemm_transB_packed_7x17x32", "matmul", (1, 17, 32)),
+    ("matmul_64x48x40", "matmul", (2, 48, 20)),  # the 20-wide column tile that divides 40
+    ("conv1x1_1x16x7x7", "conv", (1, 1, 1, 16, 24)),  # NHWC: HWIO weights, one 24-wide panel of output channels
+    ("conv3x3s2_2x8x15x15", "conv", (3, 3, 8, 17)),  # 17 output channels: a checked tail, so HWIO as it is
+    ("batch_matmul_2x5x7x19", "matmul", (2, 7, 19)),  # both operands are inputs: nothing constant to pack
+])
+def test_constant_weights_are_packed_at_compile_time(case, rule, weight):
+    """The kernel reads a [J/tile, r..., tile] constant; the repacking itself was folded away (no copy at run time)."""
     funcs = _prim_funcs(_lowered(CASES[case][0]))
-    matmul = next(f for f in funcs.values() if f.attrs is not None and f.attrs.get(RULE_ATTR) == "matmul")
-    shapes = [tuple(int(d) for d in b.shape) for b in matmul.params]
-    assert (packed in shapes) if packed else all(len(s) <= 2 for s in shapes), shapes
+    kernel = next(f for f in funcs.values() if f.attrs is not None and f.attrs.get(RULE_ATTR) == rule)
+    shapes = [tuple(int(d) for d in b.shape) for b in kernel.params]
+    assert weight in shapes, shapes
     assert not any("layout_rewrite_preproc" in f.script() for f in funcs.values())
 
 

@@ -5,7 +5,7 @@ order on every PrimFunc after fusion; the first that fits schedules it, a
 function no rule fits (or a rule that fails on it) keeps TVM's default:
 
 =================  ==========================================================
-`Conv`             NCHW convolution (padding inlined, register tile, epilogue)
+`Conv`             convolution, NHWC (padding as its own loop, register tile, epilogue)
 `Matmul`           matmul, dense, batch matmul (+ bias/activation epilogue)
 `Pooling`          max/average pooling, single-input reductions
 `Normalization`    softmax, layer norm, RMS norm (dlight's CPU Reduction)
@@ -48,11 +48,18 @@ def default_rules() -> list[CpuRule]:
     return [Conv(), Matmul(), Pooling(), Normalization(), Injective()]
 
 
+#: The layout convolutions run in on CPUs: output channels innermost, so the register tile vectorises over
+#: them with contiguous weight vectors (HWIO) and broadcast input pixels, whatever the stride or image width
+#: (NCHW vectorises over output width: strided gathers at stride 2, half-empty vectors on 7x7 maps).
+CONV_LAYOUT = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+
+
 def pre_legalize_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """Relax passes before legalisation: exp/erf/tanh as vectorisable polynomials, not libm calls."""
+    """Relax passes before legalisation: exp/erf/tanh as vectorisable polynomials, not libm calls;
+    2-D convolutions in NHWC (`CONV_LAYOUT`; transposes between them cancel, weights transpose at compile time)."""
     if target.kind.name != "llvm":
         return []
-    return [relax.transform.FastMathTransform()]
+    return [relax.transform.FastMathTransform(), relax.transform.ConvertLayout(CONV_LAYOUT)]
 
 
 def cpu_schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:

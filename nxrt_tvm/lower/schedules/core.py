@@ -8,15 +8,29 @@ operand does not use is unrolled ``TILE_I`` times (so each loaded vector feeds
 ``local``), producers (padding, transposes) are inlined, the epilogue (bias,
 activation, residual) is inlined into the write-back, and the outer tile
 loops are fused and run in parallel.
+
+Where the ``j``-operand is a constant weight (a *layout-free* buffer: TVM's
+`AttachAttrLayoutFreeBuffers` marks it) indexed ``W[r..., j]`` (matmul
+``B[k, j]``, NHWC convolution ``W[kh, kw, ic, oc]``), it is packed at compile
+time into ``[J / tile, r..., tile]`` panels, one per column tile, and the
+column tiles become the outermost loop: each thread streams one contiguous
+panel, kept in cache for every row tile, instead of two vectors from rows
+``4 * J`` bytes apart. The packing is a layout-rewrite block that
+`SplitLayoutRewritePreproc` moves out of the kernel and `FoldConstant`
+evaluates on the weight, as for MetaSchedule's own layout rewrites: it costs
+nothing at run time.
 """
 from __future__ import annotations
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_region
 
 from .base import extent_of, parallel_vectorize, uses_div_mod
 
-__all__ = ["ContractionShape", "contraction_shape", "tile_contraction"]
+__all__ = ["ContractionShape", "contraction_shape", "tile_contraction", "LAYOUT_REWRITE"]
+
+#: the block annotation `relax.transform.SplitLayoutRewritePreproc` moves out of a kernel
+LAYOUT_REWRITE = "meta_schedule.layout_rewrite_preproc"
 
 TILE_I = 8  #: rows of the register tile
 VECTORS_J = 2  #: vectors per row of the register tile
@@ -92,6 +106,39 @@ def pick_j_tile(extent: int | None, lanes: int, vectors: int) -> tuple[int, int]
     return best if best_score >= 0.4 else full
 
 
+def _packable_weight(sch: s_tir.Schedule, shape: ContractionShape) -> tirx.Buffer | None:
+    """The ``W[r..., j]`` operand when it is a layout-free parameter read by plain reduction iterators (or constants)."""
+    func = sch.mod["main"]
+    free = func.attrs.get("layout_free_buffers") if func.attrs is not None else None
+    if not free:
+        return None
+    free_buffers = [func.params[int(i)] for i in free]
+    stmt = sch.get(shape.block)
+    j_var = stmt.iter_vars[shape.spatial - 1].var
+    reduce_vars = [iv.var for iv in stmt.iter_vars[shape.spatial:]]
+    for region in stmt.reads:
+        buffer = region.source
+        if not any(buffer.same_as(b) for b in free_buffers):
+            continue
+        *rows, col = (r.min for r in region.region)
+        row_vars = [r for r in rows if not isinstance(r, tirx.IntImm)]  # constants: unit axes the analysis folded
+        distinct = all(not a.same_as(b) for k, a in enumerate(row_vars) for b in row_vars[k + 1:])
+        if (col.same_as(j_var) and row_vars and distinct and all(any(r.same_as(v) for v in reduce_vars) for r in row_vars)
+                and isinstance(buffer.shape[-1], tirx.IntImm)):
+            return buffer
+    return None
+
+
+def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int) -> None:
+    """Read `weight` through a ``[J / tile, r..., tile]`` copy made by a layout-rewrite block (folded at compile time)."""
+    index = next(k for k, region in enumerate(sch.get(block).reads) if region.source.same_as(weight))
+    packed = sch.cache_read(block, index, "global")
+    sch.annotate(packed, LAYOUT_REWRITE, True)
+    ndim = len(weight.shape)
+    sch.transform_layout(block, ("read", index), tirx.IndexMap.from_func(
+        lambda *idx: (idx[-1] // tile, *idx[:-1], idx[-1] % tile), ndim=ndim))
+
+
 def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape, lanes: int,
                      tile_i: int = TILE_I, vectors_j: int = VECTORS_J, inline_producers: bool = True,
                      j_major: bool = False) -> s_tir.Schedule:
@@ -99,8 +146,10 @@ def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape,
 
     `inline_producers=False` keeps producers (padding) as their own parallel,
     vectorised loops: a padded copy is cheap, bounds checks in the tile are not.
+    `j_major` puts the column tiles outside the row tiles (a packed weight puts them outermost).
     """
     block = shape.block
+    weight = _packable_weight(sch, shape)
     for info in blocks[: shape.block_index]:
         if inline_producers:
             sch.compute_inline(info.block_rv)
@@ -114,6 +163,8 @@ def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape,
     loops = sch.get_loops(block)
     spatial, reduce = list(loops[: shape.spatial]), list(loops[shape.spatial:])
     tile_j, vec = pick_j_tile(extent_of(sch, spatial[-1]), lanes, vectors_j)
+    if weight is not None and int(weight.shape[-1].value) % tile_j:
+        weight = None  # a column tile with a checked tail: the panels would not tile the weight
     if tile_j <= lanes:
         tile_i *= 2  # one vector per row: more rows keep enough FMAs in flight
     j_outer, j_tile = sch.split(spatial[-1], factors=[None, tile_j])
@@ -128,9 +179,12 @@ def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape,
             outer[shape.i_axis] = i_outer
             rows = [i_tile]
     # The tile loops, outermost first; j_major puts the j tiles outside the row tiles, so a
-    # K x tile_j panel of the j-operand (matmul weights) stays in cache for every row tile.
+    # K x tile_j panel of the j-operand (matmul weights) stays in cache for every row tile;
+    # a packed weight puts them outermost (weights stationary: one panel per run of row tiles).
     tiles = [*outer, j_outer]
-    if j_major and shape.i_axis is not None:
+    if weight is not None:
+        tiles = [j_outer, *outer]
+    elif j_major and shape.i_axis is not None:
         tiles = [*outer[: shape.i_axis], j_outer, *outer[shape.i_axis:]]
     sch.reorder(*tiles, *reduce, *rows, j_vec_outer, j_vec)
 
@@ -151,4 +205,6 @@ def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape,
         init = sch.decompose_reduction(block, reduce[0])
         init_loops = sch.get_loops(init)
         sch.vectorize(init_loops[-1])
+    if weight is not None:
+        _pack(sch, block, weight, tile_j)
     return sch
