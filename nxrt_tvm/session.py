@@ -106,6 +106,10 @@ class InferenceSession:
         by_id = {p.ep_id: p for p in self._providers}
         # A partition none of whose results is read (dead code in the model) is neither compiled nor run.
         self._live = [p for p in self.plan.partitions if p.outputs]
+        fallback_only = all(p.ep == FALLBACK_EP for p in self._live)
+        for ep in self._providers:
+            if hasattr(ep, "shares_cores"):
+                ep.shares_cores = not fallback_only
         self._kernels: list[Kernel] = []
         for partition in self._live:
             kernel = preloaded.get(partition.name)

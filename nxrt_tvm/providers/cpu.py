@@ -51,12 +51,19 @@ class CPUExecutionProvider(ExecutionProvider):
     ep_id = EpId("CPUExecutionProvider")
     OPTIONS = ("intra_op_num_threads", "allow_spinning")
 
-    def __init__(self, intra_op_num_threads: int = 0, allow_spinning: bool | str = False):
+    def __init__(self, intra_op_num_threads: int = 0, allow_spinning: bool | str | None = None):
         self.device = DeviceId(DeviceType.CPU, 0)
         self.intra_op_num_threads = as_int("intra_op_num_threads", intra_op_num_threads)
         # onnxruntime's pool spins after each run; between TVM partitions that starves TVM's own pool
-        # (a transformers BERT with 23 partitions: 68 ms spinning vs 1.0 ms without).
-        self.allow_spinning = str(allow_spinning).lower() in ("1", "true")
+        # (a transformers BERT with 23 partitions: 68 ms spinning vs 1.0 ms without), but where onnxruntime
+        # runs the whole model spinning is what keeps its small kernels fast. None: decide per session.
+        self.allow_spinning = None if allow_spinning is None else str(allow_spinning).lower() in ("1", "true")
+        #: set by the session: whether other EPs' kernels run between this EP's partitions
+        self.shares_cores = True
+
+    @property
+    def spinning(self) -> bool:
+        return self.allow_spinning if self.allow_spinning is not None else not self.shares_cores
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "CPUExecutionProvider":
@@ -86,7 +93,7 @@ class CPUExecutionProvider(ExecutionProvider):
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.intra_op_num_threads
         options.log_severity_level = 3
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.allow_spinning else "0")
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
         try:
             return OrtKernel(model, options, self.device)
         except Exception as exc:
