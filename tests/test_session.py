@@ -138,3 +138,15 @@ def test_intermediates_are_released_after_last_use():
     produced = {o for p in sess.plan.partitions for o in p.outputs}
     feeds = {i.name for i in sess.graph.inputs}
     assert released == (produced | feeds) - sess.graph.output_names
+
+
+def test_fallback_spins_only_where_it_runs_alone():
+    """onnxruntime's pool spins between runs: kept where it runs the whole plan, off where TVM kernels run between."""
+    def spinning(sess):
+        return next(p for p in sess._providers if p.ep_id == "CPUExecutionProvider").spinning
+
+    model = model_zoo.unsupported_op()
+    assert not spinning(nx.InferenceSession(model))  # TVM partitions around the fallback one
+    assert spinning(nx.InferenceSession(model, providers=["CPUExecutionProvider"]))
+    assert not spinning(nx.InferenceSession(model, providers=["CPUExecutionProvider"],
+                                            provider_options=[{"allow_spinning": False}]))
