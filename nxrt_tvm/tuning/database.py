@@ -29,7 +29,7 @@ from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
 from .device import device_key, device_log_dir
 
 __all__ = ["open_database", "database_digest", "TuningDatabase", "RecordMatch", "ApplyTuningRecords", "TUNING_ATTR",
-           "FAILED_RUN_SECS", "is_searched", "workload_module"]
+           "FAILED_RUN_SECS", "is_searched", "workload_module", "mean_us"]
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,7 @@ class RecordMatch:
 
     @property
     def mean_us(self) -> float:
-        secs = [float(s) for s in self.record.run_secs]
-        return 1e6 * sum(secs) / len(secs)
+        return mean_us(self.record.run_secs)
 
 
 def _json_database(directory: Path) -> ms.database.JSONDatabase:
@@ -83,8 +82,9 @@ def _top(database: ms.database.Database, mod: tvm.IRModule) -> ms.database.Tunin
     return top[0] if top and _valid(top[0]) else None
 
 
-def _mean(record: ms.database.TuningRecord) -> float:
-    return sum(float(s) for s in record.run_secs) / len(record.run_secs)
+def mean_us(run_secs) -> float:
+    """A record's measured time (MetaSchedule keeps one per repeat, in seconds), in us."""
+    return 1e6 * sum(float(s) for s in run_secs) / len(run_secs)
 
 
 class TuningDatabase:
@@ -120,7 +120,7 @@ class TuningDatabase:
         """The fastest valid record for `mod` (a one-function module): its own workload's, else its anchor op's."""
         exact = [r for r in (_top(db, mod) for db in self._databases()) if r is not None]
         if exact:
-            return RecordMatch(min(exact, key=_mean), "exact")
+            return RecordMatch(min(exact, key=lambda r: mean_us(r.run_secs)), "exact")
         record = _top(self._anchor_database(), mod)
         return RecordMatch(record, "anchor") if record is not None else None
 

@@ -32,7 +32,7 @@ from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
 from ..partition.plan import make_plan
 from ..providers import CPUExecutionProvider, TvmExecutionProvider
-from .database import TuningDatabase, is_searched
+from .database import TuningDatabase, is_searched, mean_us
 from .device import DEFAULT_LOG_DIR, device_key, device_log_dir
 from .tasks import TuningTask, extract_tasks
 
@@ -83,16 +83,18 @@ def parse_tracker(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _allot(tasks: Sequence[TuningTask], latency_us: Sequence[float | None], trials: int, per_iter: int) -> list[int]:
-    """Trials per task in proportion to its weighted latency (calls x measured time), one round at least.
-
-    A task without a measurement is estimated from its flops at the median rate of the measured ones.
-    """
+def _weighted_latency(tasks: Sequence[TuningTask], latency_us: Sequence[float | None]) -> list[float]:
+    """Calls x measured time per task; a task without a measurement is estimated from its flops
+    at the median rate of the measured ones."""
     rates = [t.flops / us for t, us in zip(tasks, latency_us) if us and t.flops > 0]
     rate = statistics.median(rates) if rates else 1e4  # flop per us (10 GFLOP/s) when nothing was measured
-    cost = [t.weight * (us if us else max(t.flops, 1.0) / rate) for t, us in zip(tasks, latency_us)]
-    total = sum(cost) or 1.0
-    return [max(per_iter, int(round(trials * c / total / per_iter)) * per_iter) for c in cost]
+    return [t.weight * (us if us else max(t.flops, 1.0) / rate) for t, us in zip(tasks, latency_us)]
+
+
+def _allot(costs: Sequence[float], trials: int, per_iter: int) -> list[int]:
+    """Trials per task in proportion to its cost, one measurement round at least."""
+    total = sum(costs) or 1.0
+    return [max(per_iter, int(round(trials * c / total / per_iter)) * per_iter) for c in costs]
 
 
 def _best(db: TuningDatabase, task: TuningTask) -> tuple[float | None, bool]:
@@ -128,8 +130,7 @@ def _measure_rule(task: TuningTask, target, builder: ms.builder.Builder, runner:
                     (result.error_msg or "no run time").strip().splitlines()[-1])
         return None
     db.commit_baseline(kernel, sch.trace, result.run_secs, target, args)
-    secs = [float(x) for x in result.run_secs]
-    return rule, 1e6 * sum(secs) / len(secs)
+    return rule, mean_us(result.run_secs)
 
 
 def _runner(rpc_tracker: str | None, rpc_key: str | None) -> ms.runner.Runner:
@@ -186,9 +187,12 @@ def tune_model(
             entry["rule"], entry["rule_us"] = measured if measured is not None else (None, None)
             _write_json(state_path, state)
 
-    # 2. The search, task by task, trials where calls x time are.
+    # 2. The search, task by task, heaviest first, trials where calls x time are.
     per_iter = max(1, min(trials_per_iter, trials))
-    allotted = _allot(tasks, [state[t.workload]["rule_us"] for t in tasks], trials, per_iter)
+    costs = _weighted_latency(tasks, [state[t.workload]["rule_us"] for t in tasks])
+    order = sorted(range(len(tasks)), key=lambda k: -costs[k])
+    tasks = [tasks[k] for k in order]
+    allotted = _allot([costs[k] for k in order], trials, per_iter)
     results: list[TaskResult] = []
     bar = tqdm(list(zip(tasks, allotted)), desc=f"tuning {device_key(tvm_target)}", unit="task", disable=show)
     for task, want in bar:
