@@ -12,21 +12,22 @@ alone (`onnxruntime.backend`):
 - otherwise the test fails: a claim that TVM could not compile or that computed a wrong
   result is a claim-check bug to fix in `nxrt_tvm/partition/tvm_rules*.py`.
 
-Cost: the full run is ~30 min of CPU on 2 cores (480 `*_expanded` cases and the light
+Cost: the full run is ~40 min on 2 cores (480 `*_expanded` cases and the light
 models build large TVM partitions), so by default a deterministic subset runs: every
 non-expanded node / simple / pytorch case whose name hashes (crc32) to 0 mod 4 (~370
-cases), plus SqueezeNet, about a minute. The whole suite is marked `slow`:
-``python -m pytest tests/test_onnx_backend.py -m slow``. ``NXRT_BACKEND_REPORT=path.json``
+cases), plus SqueezeNet, about a minute. The rest is marked `slow`; the whole suite:
+``python -m pytest tests/test_onnx_backend.py -m "slow or not slow" -k test_backend_case``. ``NXRT_BACKEND_REPORT=path.json``
 writes the per-case outcomes and counts.
 
-Measured on the full suite (onnx 1.23.2, onnxruntime 1.32, TVM 0.27, 2 shared cores, 2033 CPU
-cases, each case in a forked worker so a crash would be counted, not fatal):
+Measured on the full suite (onnx 1.23.2, onnxruntime 1.32, TVM 0.27, 2 cores, 2033 CPU cases, one process;
+each partition compiled in a forked child, so a TVM crash would be a decline, not a lost run):
 
     onnxruntime alone (onnxruntime.backend):  1697 pass, 336 fail, 0 skip
-    nxrt-tvm (this backend):                  1665 pass, 368 fail, 0 skip, 0 crash, 0 timeout
-      fails that onnxruntime passes: 59, every one a KNOWN_GAPS / KNOWN_GAP_MESSAGES entry
-      (none is a claim bug after the rules added with this module); passes that onnxruntime
-      fails: 27 (AvgPool/PReLU pytorch cases, ...)
+    nxrt-tvm (this backend):                  1723 pass, 310 fail, 0 skip, 0 crash, 0 timeout
+      fails that onnxruntime passes: 1, the KNOWN_GAPS float16 case (no claim bug); every other fail is a case
+      onnxruntime fails too; passes that onnxruntime fails: 27 (AvgPool/PReLU pytorch cases, ...)
+
+    onnxruntime alone: the same cases through `_ort_passes` (python -c "import test_onnx_backend as t; ...").
 """
 from __future__ import annotations
 
