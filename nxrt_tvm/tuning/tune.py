@@ -105,32 +105,46 @@ def _best(db: TuningDatabase, task: TuningTask) -> tuple[float | None, bool]:
     return match.mean_us, not is_searched(match.record.trace)
 
 
-def _measure_rule(task: TuningTask, target, builder: ms.builder.Builder, runner: ms.runner.Runner,
-                  db: TuningDatabase) -> tuple[str, float] | None:
-    """Measure the default rules' schedule of a task like a trial and keep it as its baseline record: (rule, us)."""
-    kernel = task.extracted.dispatched[0]
-    found = schedule_with_rules(kernel["main"], target, default_rules())
-    if found is None:
-        return None
-    rule, sch = found
-    (built,) = builder.build([ms.builder.BuilderInput(sch.mod, target)])
-    if built.error_msg:
-        log.warning("the default %s schedule of %s did not build for measurement: %s", rule, task.name, built.error_msg.splitlines()[0])
-        return None
-    # As MetaSchedule measures its candidates: a layout-rewrite block (packed weights) is not run, its output is the argument.
-    args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+def _measure_rules(tasks: Sequence[TuningTask], target, builder: ms.builder.Builder, runner: ms.runner.Runner,
+                   db: TuningDatabase) -> list[tuple[str, float] | None]:
+    """Measure the default rules' schedule of each task like a trial and keep it as its baseline record.
+
+    One build call and one run call for all of them (each call starts worker processes). Per task:
+    (rule, us), or None where no rule fits or the schedule failed to build or run (logged).
+    """
+    scheduled = []
+    for task in tasks:
+        kernel = task.extracted.dispatched[0]
+        found = schedule_with_rules(kernel["main"], target, default_rules())
+        if found is not None:
+            scheduled.append((task, kernel, *found))
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for _, _, _, sch in scheduled]) if scheduled else []
+    runnable, inputs = [], []
+    device = "cpu" if target.kind.name == "llvm" else target.kind.name
+    for (task, kernel, rule, sch), result in zip(scheduled, built):
+        if result.error_msg:
+            log.warning("the default %s schedule of %s did not build for measurement: %s", rule, task.name,
+                        result.error_msg.strip().splitlines()[-1])
+            continue
+        # As MetaSchedule measures its candidates: a layout-rewrite block (packed weights) is not run, its output is the argument.
+        args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+        runnable.append((task, kernel, rule, sch, args, result.artifact_path))
+        inputs.append(ms.runner.RunnerInput(result.artifact_path, device, args))
+    measured: dict[str, tuple[str, float]] = {}
     try:
-        device = "cpu" if target.kind.name == "llvm" else target.kind.name
-        (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, device, args)])
-        result = future.result()
+        futures = runner.run(inputs) if inputs else []
+        for (task, kernel, rule, sch, args, _), future in zip(runnable, futures):
+            result = future.result()
+            if result.error_msg or not result.run_secs:
+                log.warning("the default %s schedule of %s failed to run for measurement: %s", rule, task.name,
+                            (result.error_msg or "no run time").strip().splitlines()[-1])
+                continue
+            db.commit_baseline(kernel, sch.trace, result.run_secs, target, args)
+            measured[task.workload] = (rule, mean_us(result.run_secs))
     finally:
-        remove_build_dir(built.artifact_path)
-    if result.error_msg or not result.run_secs:
-        log.warning("the default %s schedule of %s failed to run for measurement: %s", rule, task.name,
-                    (result.error_msg or "no run time").strip().splitlines()[-1])
-        return None
-    db.commit_baseline(kernel, sch.trace, result.run_secs, target, args)
-    return rule, mean_us(result.run_secs)
+        for *_, artifact in runnable:
+            remove_build_dir(artifact)
+    return [measured.get(task.workload) for task in tasks]
 
 
 def _runner(rpc_tracker: str | None, rpc_key: str | None) -> ms.runner.Runner:
@@ -180,12 +194,14 @@ def tune_model(
     show = None if progress is None else not progress
 
     # 1. The default rules' schedules: the baseline records, and where the weighted latency is.
-    for task in tqdm(tasks, desc="measuring default schedules", unit="task", disable=show, leave=False):
-        entry = state.setdefault(task.workload, {"name": task.name, "trials": 0})
-        if "rule_us" not in entry:
-            measured = _measure_rule(task, tvm_target, builder, runner, db) if tvm_target.kind.name == "llvm" else None
-            entry["rule"], entry["rule_us"] = measured if measured is not None else (None, None)
-            _write_json(state_path, state)
+    new = [t for t in tasks if "rule_us" not in state.get(t.workload, {})]
+    if new:
+        log.info("measuring the default schedules of %d task(s)", len(new))
+        measured = _measure_rules(new, tvm_target, builder, runner, db) if tvm_target.kind.name == "llvm" else [None] * len(new)
+        for task, found in zip(new, measured):
+            entry = state.setdefault(task.workload, {"name": task.name, "trials": 0})
+            entry["rule"], entry["rule_us"] = found if found is not None else (None, None)
+        _write_json(state_path, state)
 
     # 2. The search, task by task, heaviest first, trials where calls x time are.
     per_iter = max(1, min(trials_per_iter, trials))
