@@ -17,7 +17,7 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 from tvm.target.codegen import llvm_get_vector_width
 
-__all__ = ["CpuRule", "ApplySchedules", "schedule_with_rules", "RULE_ATTR", "vector_lanes", "extent_of", "uses_div_mod", "parallel_vectorize"]
+__all__ = ["CpuRule", "ApplySchedules", "schedule_with_rules", "RULE_ATTR", "vector_lanes", "extent_of", "uses_div_mod", "parallel_vectorize", "parallel_outer"]
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,11 @@ def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int) -> None:
         sch.vectorize(inner)
     else:
         loops = loops[:-1]
-    # parallel: fuse leading loops until there is enough work per thread
+    parallel_outer(sch, loops)
+
+
+def parallel_outer(sch: s_tir.Schedule, loops: Sequence) -> None:
+    """Fuse leading `loops` until there is enough work per thread (not all of them), and run that loop in parallel."""
     lead, work = [], 1
     for loop in loops:
         lead.append(loop)
