@@ -7,9 +7,9 @@ and every user pass as they are (passes are not picklable), and costs a few
 milliseconds. Threads do not survive a fork, so the child freezes what it
 inherits for its garbage collector (objects whose threads stayed in the
 parent must not be finalised there) and runs TVM's parallel loops inline
-(the pool's workers stayed in the parent too). It compiles, exports the library (which an EPContext or the
-compile cache needs anyway) and sends the bytes back through a pipe; the
-parent loads them. A child that dies by a signal, or runs past the time
+(the pool's workers stayed in the parent too). It compiles, exports the
+library (which an EPContext or the compile cache needs anyway) and sends the
+bytes back through a pipe; the parent loads them. A child that dies by a signal, or runs past the time
 limit, becomes a `CompileFailed` that names the signal.
 """
 from __future__ import annotations

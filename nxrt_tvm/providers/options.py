@@ -6,7 +6,7 @@ from typing import Any
 
 from ..api.errors import InvalidProviderOptions
 
-__all__ = ["as_int", "as_str_list", "reject_unknown"]
+__all__ = ["as_int", "as_seconds", "as_str_list", "reject_unknown"]
 
 
 def as_int(name: str, value: Any, minimum: int = 0) -> int:
@@ -17,6 +17,17 @@ def as_int(name: str, value: Any, minimum: int = 0) -> int:
     if number < minimum:
         raise InvalidProviderOptions(f"option {name!r} must be >= {minimum}, got {number}")
     return number
+
+
+def as_seconds(name: str, value: Any) -> float:
+    """A positive duration in seconds (a number, or its string)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise InvalidProviderOptions(f"option {name!r} must be a number of seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise InvalidProviderOptions(f"option {name!r} must be > 0 seconds, got {value!r}")
+    return seconds
 
 
 def as_str_list(name: str, value: Any) -> tuple[str, ...]:

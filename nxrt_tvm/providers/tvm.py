@@ -36,7 +36,7 @@ from ..partition.claims import make_claims, partition_name
 from ..partition.grouping import group_nodes
 from ..partition.node_context import NodeContext
 from ..partition.tvm_rules import IMPORT_TIME_INPUTS, TVM_OP_RULES
-from .options import as_int, as_str_list, reject_unknown
+from .options import as_int, as_seconds, as_str_list, reject_unknown
 
 __all__ = ["TvmExecutionProvider", "SUPPORTED_ELEM_TYPES"]
 
@@ -108,14 +108,12 @@ class TvmExecutionProvider(ExecutionProvider):
         if claim_policy not in ("all", "cost"):
             raise InvalidProviderOptions(f"claim_policy must be 'all' or 'cost', got {claim_policy!r}")
         self.claim_policy = claim_policy
-        self.cost_budget_s = float(cost_budget_s)
+        self.cost_budget_s = as_seconds("cost_budget_s", cost_budget_s)
         if compile_isolation not in ("process", "none"):
             raise InvalidProviderOptions(f"compile_isolation must be 'process' or 'none', got {compile_isolation!r}")
         # Compile in a forked child (where the OS can fork), so a TVM crash costs a decline, not the process.
         self.isolate = compile_isolation == "process" and fork_available()
-        self.compile_timeout_s = float(compile_timeout_s)
-        if not self.compile_timeout_s > 0:
-            raise InvalidProviderOptions(f"compile_timeout_s must be > 0 seconds, got {compile_timeout_s!r}")
+        self.compile_timeout_s = as_seconds("compile_timeout_s", compile_timeout_s)
         # Set by the session from `session.disable_model_compile`: any compile is then an error.
         self.compile_disabled = False
         self.cache = None if cache_dir is None else CompileCache(cache_dir, None if cache_max_bytes is None else as_int("cache_max_bytes", cache_max_bytes, 1))

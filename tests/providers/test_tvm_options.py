@@ -55,6 +55,10 @@ def test_bad_options_are_typed_errors():
         nx.InferenceSession(model_zoo.mlp(), provider_options=[{}])
     with pytest.raises(nx.InvalidProviderOptions, match="tvm.transform.Pass"):
         nx.InferenceSession(model_zoo.mlp(), provider_options=[{"passes": ["FoldConstant"]}, {}])
+    with pytest.raises(nx.InvalidProviderOptions, match="compile_timeout_s.*number of seconds"):
+        nx.InferenceSession(model_zoo.mlp(), provider_options=[{"compile_timeout_s": "soon"}, {}])
+    with pytest.raises(nx.InvalidProviderOptions, match="cost_budget_s.*> 0"):
+        nx.InferenceSession(model_zoo.mlp(), provider_options=[{"cost_budget_s": 0}, {}])
 
 
 def test_cost_policy_declines_a_partition_slower_than_the_fallback():
