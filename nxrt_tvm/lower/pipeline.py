@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import tvm
-from tvm import relax
+from tvm import relax, s_tir
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda
 
@@ -25,6 +25,7 @@ from ..api.kernel import KernelVariant
 from ..tuning.database import TUNING_ATTR, ApplyTuningRecords, TuningDatabase
 from . import schedules
 from .schedules.base import RULE_ATTR
+from .schedules.core import LAYOUT_REWRITE
 
 __all__ = ["Lowering", "fusion_passes", "layout_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
 
@@ -76,7 +77,50 @@ def layout_passes(target: tvm.target.Target) -> tuple[list[tvm.transform.Pass], 
     """
     if target.kind.name != "llvm":
         return [], []
-    return [relax.transform.AttachAttrLayoutFreeBuffers()], [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
+    return [relax.transform.AttachAttrLayoutFreeBuffers()], [_split_layout_rewrites(), relax.transform.FoldConstant()]
+
+
+def _rewrites_layout(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether a block of `func` carries the layout-rewrite mark (a func without blocks, an extern scan, has none)."""
+    if not isinstance(func.body, s_tir.SBlockRealize):
+        return False
+    sch = s_tir.Schedule(func)
+    pending = [sch.get_sblock(func.body.block.name_hint)]
+    while pending:
+        block = pending.pop()
+        if LAYOUT_REWRITE in sch.get(block).annotations:
+            return True
+        pending.extend(sch.get_child_blocks(block))
+    return False
+
+
+def _split_layout_rewrites() -> tvm.transform.Pass:
+    """`SplitLayoutRewritePreproc` on the kernels that have a layout-rewrite block, and only those.
+
+    TVM's pass visits every kernel marked layout-free and fails on ones it cannot analyse (a
+    gather, a scan: the index kernels of Slice/Unsqueeze with run-time axes), so the mark is
+    dropped where no schedule used it, and the pass is skipped when none did.
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.SplitLayoutRewrites")
+    def split(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        rewriting = False
+        updates = {}
+        for gv, func in mod.functions_items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None or "layout_free_buffers" not in func.attrs:
+                continue
+            if _rewrites_layout(func):
+                rewriting = True
+            else:
+                updates[gv] = func.without_attr("layout_free_buffers")
+        if not rewriting:
+            return mod
+        mod = mod.clone()
+        for gv, func in updates.items():
+            mod[gv] = func
+        return relax.transform.SplitLayoutRewritePreproc()(mod)
+
+    return split
 
 
 def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) -> list[tvm.transform.Pass]:

@@ -222,7 +222,7 @@ def test_schedule_phase_sits_after_fusion_and_only_on_llvm():
     assert names.index("FastMathTransform") < names.index("LegalizeOps")
     after_fusion = names[names.index("FuseTIR") + 1:]
     assert after_fusion[:5] == ["AttachAttrLayoutFreeBuffers", "nxrt_tvm.ApplyCpuSchedules", "nxrt_tvm.record_variants",
-                                "SplitLayoutRewritePreproc", "FoldConstant"]
+                                "nxrt_tvm.SplitLayoutRewrites", "FoldConstant"]
     cuda = make_target("cuda")
     assert not cpu_schedule_passes(cuda) and not pre_legalize_passes(cuda)
     cuda_names = [p.info.name for p in pipeline.lowering_passes(cuda)]
@@ -246,3 +246,42 @@ def test_symbolic_injective_kernels_keep_tvm_default():
     assert variants == ["tvm-default"]
     x = RNG.standard_normal((3, 12, 64)).astype(np.float32)
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], x.transpose(1, 0, 2))
+
+
+def test_layout_conversion_that_tvm_cannot_infer_keeps_the_module_buildable():
+    """Max of two inputs imports as R.stack, whose layout inference fails in TVM 0.27: the conv stays NCHW
+    (TVM's default kernel) instead of the partition being declined; a module without convolutions is untouched."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Max", ["y", "x2"], ["out"])]
+    model = _model(nodes, [("x", [1, 4, 6, 6]), ("x2", [1, 4, 6, 6])], ["out"], [("w", [4, 4, 3, 3])])
+    assert _run_both(model, 1e-4).plan.nodes_by_ep() == {"TvmExecutionProvider": 2}
+    maximum = _model([helper.make_node("Max", ["a", "b"], ["out"])], [("a", [3]), ("b", [3])], ["out"])
+    assert _run_both(maximum, 0).plan.nodes_by_ep() == {"TvmExecutionProvider": 1}
+    conv_only = _lowered(CASES["conv1x1_1x16x7x7"][0])
+    assert any(f.attrs is not None and f.attrs.get(RULE_ATTR) == "conv" for f in _prim_funcs(conv_only).values())
+
+
+@pytest.mark.parametrize("with_matmul", [False, True], ids=["alone", "next-to-a-packed-matmul"])
+def test_index_kernels_on_constants_build_whether_or_not_a_weight_is_packed(with_matmul):
+    """Unsqueeze/Slice with run-time axes import as gathers and scans over constant index tables, which TVM marks
+    layout-free; SplitLayoutRewritePreproc fails on them, so only kernels with a rewrite block go through it."""
+    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]), helper.make_node("Slice", ["u", "starts", "ends"], ["out"])]
+    inputs, outputs, inits = [("x", [3, 64])], [("out", [2, 3, 64])], []
+    if with_matmul:  # an independent branch in the same partition: one module with both kinds of kernel
+        nodes.append(helper.make_node("MatMul", ["x0", "w"], ["y"]))
+        inputs, outputs, inits = inputs + [("x0", [3, 32])], outputs + [("y", [3, 64])], [("w", [32, 64])]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
+        + [helper.make_tensor_value_info(n, TensorProto.INT64, [1]) for n in ("axes", "starts", "ends")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        initializer=[numpy_helper.from_array(RNG.standard_normal(s).astype(np.float32), n) for n, s in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = {n: RNG.standard_normal(s).astype(np.float32) for n, s in inputs}
+    feeds |= {"axes": np.array([0]), "starts": np.array([1]), "ends": np.array([3])}
+    session = nx.InferenceSession(model)
+    assert session.plan.nodes_by_ep() == {"TvmExecutionProvider": len(nodes)}, [str(d) for d in session.plan.declines]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for got, ref in zip(session.run(None, feeds), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

@@ -59,7 +59,41 @@ def pre_legalize_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     2-D convolutions in NHWC (`CONV_LAYOUT`; transposes between them cancel, weights transpose at compile time)."""
     if target.kind.name != "llvm":
         return []
-    return [relax.transform.FastMathTransform(), relax.transform.ConvertLayout(CONV_LAYOUT)]
+    return [relax.transform.FastMathTransform(), convert_conv_layout()]
+
+
+def _has_conv(mod: tvm.IRModule) -> bool:
+    found = False
+
+    def visit(expr) -> None:
+        nonlocal found
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in CONV_LAYOUT:
+            found = True
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
+def convert_conv_layout() -> tvm.transform.Pass:
+    """`ConvertLayout(CONV_LAYOUT)` where a module has convolutions, else nothing.
+
+    TVM's layout inference is not total (0.27's `R.stack`, which Max/Min/Sum of several inputs import
+    as, fails on any layout), so a module whose conversion fails keeps its own layout: slower
+    NCHW convolutions, never a declined partition.
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.ConvertConvLayout")
+    def convert(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        if not _has_conv(mod):
+            return mod
+        try:
+            return relax.transform.ConvertLayout(CONV_LAYOUT)(mod)
+        except tvm.error.InternalError:  # a failed check in a layout-inference rule
+            return mod
+
+    return convert
 
 
 def cpu_schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
