@@ -12,7 +12,7 @@ alone (`onnxruntime.backend`):
 - otherwise the test fails: a claim that TVM could not compile or that computed a wrong
   result is a claim-check bug to fix in `nxrt_tvm/partition/tvm_rules*.py`.
 
-Cost: the full run is ~40 min on 2 cores (480 `*_expanded` cases and the light
+Cost: the full run is ~18 min on 2 cores (480 `*_expanded` cases and the light
 models build large TVM partitions), so by default a deterministic subset runs: every
 non-expanded node / simple / pytorch case whose name hashes (crc32) to 0 mod 4 (~370
 cases), plus SqueezeNet, about a minute. The rest is marked `slow`; the whole suite:

@@ -101,6 +101,7 @@ CASES = {
     "conv3x3_1x3x9x11": (conv(1, 3, 9, 11, 5, 3, 1, 1), "conv", 1e-4),
     "conv3x3s2_2x8x15x15": (conv(2, 8, 15, 15, 17, 3, 2, 1), "conv", 1e-4),
     "conv1x1_1x16x7x7": (conv(1, 16, 7, 7, 24, 1, 1, 0), "conv", 1e-4),
+    "conv3x3_1x8x14x14": (conv(1, 8, 14, 14, 32, 3, 1, 1), "conv", 1e-4),  # 7-row tiles (14 = 2 x 7)
     "maxpool3x3s2_1x5x13x13": (pool("MaxPool", [1, 5, 13, 13], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4), "pooling", 1e-4),
     "avgpool2x2_2x3x9x9": (pool("AveragePool", [2, 3, 9, 9], kernel_shape=[2, 2], strides=[2, 2]), "pooling", 1e-4),
     "globalavgpool_1x19x7x7": (pool("GlobalAveragePool", [1, 19, 7, 7]), "normalization", 1e-4),
@@ -182,6 +183,13 @@ def test_weightless_builds_keep_weights_unpacked():
     session = nx.InferenceSession(model, provider_options=[{"weightless": True}, {}])
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_allclose(session.run(None, feeds)[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_row_tiles_divide_the_rows_when_they_can():
+    from nxrt_tvm.lower.schedules.core import pick_i_tile
+
+    assert [pick_i_tile(n, 8) for n in (14, 28, 56, 7, 5, 13, 1)] == [7, 7, 8, 7, 5, 8, 1]
+    assert pick_i_tile(None, 8) == 8 and pick_i_tile(14, 16) == 14
 
 
 def test_tile_gathers_stay_scalar():

@@ -13,7 +13,8 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
 =================  ==========================================================
 
 ``cpu_schedule_passes(target)`` is the schedule phase (after FuseTIR);
-``pre_legalize_passes(target)`` runs before legalisation (fast exp/erf/tanh).
+``pre_legalize_passes(target)`` runs before legalisation (BatchNorm folded into convolutions,
+fast exp/erf/tanh, NHWC convolutions).
 Replace or extend either list through `lowering_passes(..., schedule_passes=...)`.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ..fold_batchnorm import FoldBatchNormIntoConv
 from .base import RULE_ATTR, ApplySchedules, CpuRule, schedule_with_rules
 from .conv import Conv
 from .injective import Injective
@@ -55,11 +57,12 @@ CONV_LAYOUT = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 
 
 def pre_legalize_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """Relax passes before legalisation: exp/erf/tanh as vectorisable polynomials, not libm calls;
-    2-D convolutions in NHWC (`CONV_LAYOUT`; transposes between them cancel, weights transpose at compile time)."""
+    """Relax passes before legalisation: inference BatchNormalization folded into the conv before it;
+    exp/erf/tanh as vectorisable polynomials, not libm calls; 2-D convolutions in NHWC (`CONV_LAYOUT`;
+    transposes between them cancel, weights transpose at compile time)."""
     if target.kind.name != "llvm":
         return []
-    return [relax.transform.FastMathTransform(), convert_conv_layout()]
+    return [FoldBatchNormIntoConv(), relax.transform.FastMathTransform(), convert_conv_layout()]
 
 
 def _has_conv(mod: tvm.IRModule) -> bool:

@@ -1,7 +1,8 @@
-"""Convolution (NCHW, any kernel size/stride/padding): ``out[n, oc, h, w] = sum_{ic,ry,rx} pad(x) * W``.
+"""Convolution (NHWC after `CONV_LAYOUT`, any kernel size/stride/padding): ``out[n, h, w, oc] = sum pad(x) * W``.
 
-The padding block is inlined, the output width is vectorised and several
-output channels share each loaded input vector (the register tile).
+The padding is its own parallel loop; the register tile is output channels
+(vectorised, contiguous HWIO weight vectors, packed into panels when constant)
+by output pixels of one row, each input value broadcast to all of its channels.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ __all__ = ["Conv"]
 
 
 class Conv(CpuRule):
-    """Two operands, several reduction axes (or a padded input): NCHW direct convolution."""
+    """Two operands, several reduction axes (or a padded input): direct convolution."""
 
     name = "conv"
 

@@ -106,6 +106,20 @@ def pick_j_tile(extent: int | None, lanes: int, vectors: int) -> tuple[int, int]
     return best if best_score >= 0.4 else full
 
 
+def pick_i_tile(extent: int | None, tile: int) -> int:
+    """Rows of the register tile: one that divides the extent when there is one near `tile`.
+
+    A 14-wide conv output split into 8 + 6 rows runs its last tile predicated (the
+    unrolled rows all check bounds): 14 and 28 get 7 rows, 56 gets 8.
+    """
+    if extent is None:
+        return tile
+    for rows in range(min(tile, extent), max(tile // 2, 1) - 1, -1):
+        if extent % rows == 0:
+            return rows
+    return min(tile, extent)
+
+
 def _packable_weight(sch: s_tir.Schedule, shape: ContractionShape) -> tirx.Buffer | None:
     """The ``W[r..., j]`` operand when it is a layout-free parameter read by plain reduction iterators (or constants)."""
     func = sch.mod["main"]
@@ -175,7 +189,7 @@ def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape,
         i_loop = outer[shape.i_axis]
         i_extent = extent_of(sch, i_loop)
         if i_extent is None or i_extent > 1:
-            i_outer, i_tile = sch.split(i_loop, factors=[None, min(tile_i, i_extent or tile_i)])
+            i_outer, i_tile = sch.split(i_loop, factors=[None, pick_i_tile(i_extent, tile_i)])
             outer[shape.i_axis] = i_outer
             rows = [i_tile]
     # The tile loops, outermost first; j_major puts the j tiles outside the row tiles, so a
