@@ -35,6 +35,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from ..api.errors import EpError
+from .writer import new_file_mode
 
 __all__ = ["CacheEntry", "CacheEntryInfo", "CacheError", "CompileCache", "cache_key"]
 
@@ -178,6 +179,7 @@ class CompileCache:
         try:
             path.parent.mkdir(exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX)
+            os.fchmod(fd, new_file_mode())
             with os.fdopen(fd, "wb") as f:  # the slow part runs outside the lock
                 f.write(_MAGIC + _HLEN.pack(len(header)) + header)
                 f.write(view)

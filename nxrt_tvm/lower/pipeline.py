@@ -142,7 +142,7 @@ def _variant(name: str, attrs) -> KernelVariant:
     if how in _TUNED:
         return KernelVariant(name, *_TUNED[how])
     if RULE_ATTR in attrs:
-        reason = ("tuning measured the default rule fastest" if how == "rule-best"
+        reason = ("tuning found no schedule 5% faster than the default rule" if how == "rule-best"
                   else "no tuning record; default CPU schedule rule")
         return KernelVariant(name, f"default:{attrs[RULE_ATTR]}", reason)
     return KernelVariant(name, "tvm-default", "no tuning record and no schedule rule fits")

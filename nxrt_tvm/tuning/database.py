@@ -4,8 +4,8 @@ Two databases per device key, both in TVM's JSON format: MetaSchedule's own
 (the search's measured candidates) and, in ``default_schedules/``, the default
 rules' schedule of every tuned kernel, measured the same way (the baseline a
 searched schedule must beat; kept apart because the search seeds itself from
-its database, and replaying a rule's layout rewrite there fails). The fastest
-record of either wins. A kernel takes the record of its own workload when one
+its database, and replaying a rule's layout rewrite there fails). The searched
+record wins where it measured `SEARCHED_MARGIN` faster than the rule's. A kernel takes the record of its own workload when one
 exists; otherwise the record of a kernel with the same *anchor* operation (the same matmul or conv
 with another epilogue: MetaSchedule's ``anchor-block`` module equality) is
 transferred to it with MetaSchedule's anchor-trace application. A record whose
@@ -38,6 +38,9 @@ _FILES = ("database_workload.json", "database_tuning_record.json")
 BASELINE_DIR = "default_schedules"
 #: MetaSchedule's run time for a candidate that failed to build or run (1e10 s); anything this slow is no record.
 FAILED_RUN_SECS = 1e9
+#: A searched schedule replaces the default rule's only when it measured this much faster: MetaSchedule times a
+#: kernel alone (warm caches, one kernel at a time), and inside a model the two differ by about as much.
+SEARCHED_MARGIN = 0.05
 #: PrimFunc attribute: how a tuning record scheduled the function ("exact", "anchor") or "rule-best".
 TUNING_ATTR = "nxrt.tuning_record"
 
@@ -117,10 +120,17 @@ class TuningDatabase:
         self._anchors = None
 
     def best(self, mod: tvm.IRModule) -> RecordMatch | None:
-        """The fastest valid record for `mod` (a one-function module): its own workload's, else its anchor op's."""
-        exact = [r for r in (_top(db, mod) for db in self._databases()) if r is not None]
-        if exact:
-            return RecordMatch(min(exact, key=lambda r: mean_us(r.run_secs)), "exact")
+        """The record to apply to `mod` (a one-function module): its own workload's, else its anchor op's.
+
+        Of its own, the searched one where it beat the default rule's by `SEARCHED_MARGIN`, else the rule's.
+        """
+        searched = _top(self.database, mod)
+        rule = _top(self.baseline, mod) if self.baseline is not None else None
+        if searched is not None and rule is not None:
+            faster = mean_us(searched.run_secs) < (1 - SEARCHED_MARGIN) * mean_us(rule.run_secs)
+            return RecordMatch(searched if faster else rule, "exact")
+        if searched is not None or rule is not None:
+            return RecordMatch(searched or rule, "exact")
         record = _top(self._anchor_database(), mod)
         return RecordMatch(record, "anchor") if record is not None else None
 

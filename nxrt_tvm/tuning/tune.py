@@ -2,8 +2,8 @@
 
 First the default CPU rules' schedule of every task is measured, with the
 same builder and runner as the trials, and committed as a record: it is the
-baseline the search must beat (compile picks the fastest record, so a tuned
-build is never slower than the defaults by measurement), and it tells where
+baseline the search must beat (compile takes a searched record only where it
+measured 5% faster than the rule's), and it tells where
 the weighted latency is (calls x measured time), which is where the trials
 go. Each task is then tuned in turn into the device's JSON database; a small
 state file records trials done per workload, so a second run continues

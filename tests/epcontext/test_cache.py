@@ -14,6 +14,7 @@ import pytest
 
 from nxrt_tvm.api.errors import EpError
 from nxrt_tvm.epcontext.cache import CacheEntry, CacheError, CompileCache, cache_key
+from nxrt_tvm.epcontext.writer import new_file_mode
 
 LOGGER = "nxrt_tvm.epcontext.cache"
 
@@ -41,6 +42,7 @@ def test_put_get_round_trip(tmp_path):
     assert info.key == k and info.size == cache.total_bytes() > len(blob)
     assert abs(info.last_used - time.time()) < 60
     assert entry_file(cache, k).is_file() and temp_files(tmp_path) == []
+    assert entry_file(cache, k).stat().st_mode & 0o777 == new_file_mode()  # a cache shared by a team stays readable
 
 
 def test_second_instance_sees_entries_and_put_replaces(tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import onnx
@@ -12,6 +13,7 @@ import nxrt_tvm as nx
 from parity import DATA, assert_parity, ort_run
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.epcontext.loader import restore_sources
+from nxrt_tvm.epcontext.writer import new_file_mode
 
 TVM = nx.EpId("TvmExecutionProvider")
 
@@ -22,6 +24,12 @@ def source(tmp_path_factory):
     path = tmp_path_factory.mktemp("src") / "model.onnx"
     onnx.save(model_zoo.default_model(), path)
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _deploy_options() -> nx.SessionOptions:
@@ -45,6 +53,8 @@ def test_round_trip_loads_without_compiling(source, tmp_path, embed):
     assert len(contexts) == 2 and {n.op_type for n in model.graph.node} == {"EPContext", "Celu"}
     blobs = sorted(tmp_path.glob("model_ctx.*.tvm.so"))
     assert len(blobs) == (0 if embed else 2)
+    for written in (out, *blobs):  # as open() would create them (0666 less the umask), not mkstemp's 0600
+        assert written.stat().st_mode & 0o777 == new_file_mode() == 0o666 & ~_umask()
     for node in contexts:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert attrs["source"] == b"TvmExecutionProvider" and attrs["embed_mode"] == int(embed)
