@@ -27,7 +27,7 @@ from . import schedules
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
 
-__all__ = ["Lowering", "fusion_passes", "layout_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
+__all__ = ["RULE_KEPT", "Lowering", "fusion_passes", "layout_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
 
 
 @dataclass(frozen=True)
@@ -137,13 +137,16 @@ _TUNED = {
 }
 
 
+#: The reason a kernel with tuning records runs the default rule (the searched ones did not beat it).
+RULE_KEPT = "tuning found no schedule 5% faster than the default rule"
+
+
 def _variant(name: str, attrs) -> KernelVariant:
     how = str(attrs.get(TUNING_ATTR, ""))
     if how in _TUNED:
         return KernelVariant(name, *_TUNED[how])
     if RULE_ATTR in attrs:
-        reason = ("tuning found no schedule 5% faster than the default rule" if how == "rule-best"
-                  else "no tuning record; default CPU schedule rule")
+        reason = RULE_KEPT if how == "rule-best" else "no tuning record; default CPU schedule rule"
         return KernelVariant(name, f"default:{attrs[RULE_ATTR]}", reason)
     return KernelVariant(name, "tvm-default", "no tuning record and no schedule rule fits")
 

@@ -78,6 +78,7 @@ def test_cost_policy_declines_a_partition_slower_than_the_fallback():
     assert [str(p.ep) for p in sess.plan.partitions] == ["CPUExecutionProvider"]
     (decline,) = sess.plan.declines
     assert decline.rejected is nx.Rejected.PARTITION and "claim_policy='cost'" in decline.detail and " us on TVM" in decline.detail
+    assert "TVM must be 5% faster, plus one fallback run" in decline.detail
     kept = nx.InferenceSession(model, provider_options=[{"schedule_passes": [], "claim_policy": "all"}, {}])
     assert [str(p.ep) for p in kept.plan.partitions] == ["TvmExecutionProvider"]
 
