@@ -85,7 +85,4 @@ def measure_partition(
 def _ort_seconds(model: onnx.ModelProto, feeds: dict, budget_s: float) -> float:
     """onnxruntime's median time on `model`; its session (and its spinning threads) is gone when this returns."""
     session = _session(model)
-    try:
-        return median_seconds(lambda: session.run(None, feeds), 100, warmup=3, budget_s=budget_s)
-    finally:
-        del session
+    return median_seconds(lambda: session.run(None, feeds), 100, warmup=3, budget_s=budget_s)

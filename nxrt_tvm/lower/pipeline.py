@@ -22,7 +22,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda
 
 from ..api.kernel import KernelVariant
-from ..tuning.database import TUNING_ATTR, ApplyTuningRecords, TuningDatabase
+from ..tuning.database import SEARCHED_MARGIN, TUNING_ATTR, ApplyTuningRecords, TuningDatabase
 from . import schedules
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
@@ -138,7 +138,7 @@ _TUNED = {
 
 
 #: The reason a kernel with tuning records runs the default rule (the searched ones did not beat it).
-RULE_KEPT = "tuning found no schedule 5% faster than the default rule"
+RULE_KEPT = f"tuning found no schedule {SEARCHED_MARGIN:.0%} faster than the default rule"
 
 
 def _variant(name: str, attrs) -> KernelVariant:
