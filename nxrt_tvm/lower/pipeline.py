@@ -37,6 +37,7 @@ class Lowering:
     user_passes: tuple[tvm.transform.Pass, ...] = ()
     schedule_passes: tuple[tvm.transform.Pass, ...] | None = None
     database: TuningDatabase | None = field(default=None, compare=False)
+    conv_algorithm: str = "auto"  #: `schedules.CONV_ALGORITHMS`: "direct" keeps every convolution direct
 
     def digest(self) -> str:
         """What of this configuration shapes compiled code (compile-cache keys)."""
@@ -45,6 +46,7 @@ class Lowering:
             ",".join(p.info.name for p in self.user_passes),
             schedule,
             self.database.digest if self.database is not None else "",
+            self.conv_algorithm,
         ])
 
 
@@ -53,7 +55,7 @@ def _backend(target: tvm.target.Target):
 
 
 def schedule_phase(
-    target: tvm.target.Target, schedule_passes: Sequence[tvm.transform.Pass] | None = None
+    target: tvm.target.Target, schedule_passes: Sequence[tvm.transform.Pass] | None = None, conv_algorithm: str = "auto"
 ) -> tuple[list[tvm.transform.Pass], list[tvm.transform.Pass]]:
     """(before legalisation, after FuseTIR) passes of the default schedules.
 
@@ -65,7 +67,7 @@ def schedule_phase(
         return [], list(schedule_passes)
     if target.kind.name != "llvm":
         return [], []
-    return schedules.pre_legalize_passes(target), schedules.cpu_schedule_passes(target)
+    return schedules.pre_legalize_passes(target, conv_algorithm), schedules.cpu_schedule_passes(target)
 
 
 def layout_passes(target: tvm.target.Target) -> tuple[list[tvm.transform.Pass], list[tvm.transform.Pass]]:
@@ -126,7 +128,7 @@ def _split_layout_rewrites() -> tvm.transform.Pass:
 def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) -> list[tvm.transform.Pass]:
     """Up to FuseTIR (and layout-free marks): the kernels here are the workloads tuning records are keyed on."""
     backend = _backend(target)
-    pre_legalize, _ = schedule_phase(target, lowering.schedule_passes)
+    pre_legalize, _ = schedule_phase(target, lowering.schedule_passes, lowering.conv_algorithm)
     mark_layout_free, _ = layout_passes(target)
     return [*backend.library_dispatch_passes(target), *pre_legalize, *backend.legalize_passes(target), *mark_layout_free]
 
@@ -173,7 +175,7 @@ def lowering_passes(
     With `variants`, the list is filled with which implementation each kernel got.
     """
     backend = _backend(target)
-    _, schedule = schedule_phase(target, lowering.schedule_passes)
+    _, schedule = schedule_phase(target, lowering.schedule_passes, lowering.conv_algorithm)
     _, fold_layouts = layout_passes(target)
     tuned = [ApplyTuningRecords(lowering.database)] if lowering.database is not None else []
     notes = variants if variants is not None else []

@@ -29,6 +29,7 @@ from ..lower.build import compile_partition, locate_failure, partition_model, we
 from ..lower.isolate import fork_available, run_isolated
 from ..lower.measure import measure_partition, ort_run_floor_us
 from ..lower.pipeline import Lowering
+from ..lower.schedules import CONV_ALGORITHMS
 from ..tuning.database import open_database
 from ..lower.kernel import TvmKernel
 from ..lower.target import make_target, target_device, tvm_device
@@ -69,6 +70,7 @@ class TvmExecutionProvider(ExecutionProvider):
         "op_types_to_exclude",
         "passes",
         "schedule_passes",
+        "conv_algorithm",
         "tuning_logs",
         "weightless",
         "cache_dir",
@@ -86,6 +88,7 @@ class TvmExecutionProvider(ExecutionProvider):
         op_types_to_exclude: Sequence[str] | str = (),
         passes: Sequence[tvm.transform.Pass] = (),
         schedule_passes: Sequence[tvm.transform.Pass] | None = None,
+        conv_algorithm: str = "auto",
         tuning_logs: str | os.PathLike | None = None,
         weightless: bool | str = False,
         cache_dir: str | os.PathLike | None = None,
@@ -103,8 +106,12 @@ class TvmExecutionProvider(ExecutionProvider):
         for option, value in (("passes", passes), ("schedule_passes", schedule_passes or ())):
             if any(not isinstance(p, tvm.transform.Pass) for p in value):
                 raise InvalidProviderOptions(f"option {option!r} must be a list of tvm.transform.Pass objects")
+        if conv_algorithm not in CONV_ALGORITHMS:
+            raise InvalidProviderOptions(
+                f"conv_algorithm must be one of {', '.join(map(repr, CONV_ALGORITHMS))}, got {conv_algorithm!r}")
         database = None if tuning_logs is None else open_database(tuning_logs, self.target)
-        self.lowering = Lowering(tuple(passes), None if schedule_passes is None else tuple(schedule_passes), database)
+        self.lowering = Lowering(tuple(passes), None if schedule_passes is None else tuple(schedule_passes), database,
+                                 conv_algorithm)
         #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
         self.variants: dict[str, list[KernelVariant]] = {}
         self.weightless = str(weightless).lower() in ("1", "true")

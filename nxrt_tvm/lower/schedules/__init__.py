@@ -5,6 +5,7 @@ order on every PrimFunc after fusion; the first that fits schedules it, a
 function no rule fits (or a rule that fails on it) keeps TVM's default:
 
 =================  ==========================================================
+`Winograd`         the input and output transforms of Winograd convolutions (unrolled, channel vectors)
 `Conv`             convolution, NHWC (padding as its own loop, register tile, epilogue)
 `Matmul`           matmul, dense, batch matmul (+ bias/activation epilogue)
 `Pooling`          max/average pooling, single-input reductions
@@ -23,13 +24,16 @@ import tvm
 from tvm import relax
 
 from ..fold_batchnorm import FoldBatchNormIntoConv
+from ..winograd import WinogradConv2D
 from .base import RULE_ATTR, ApplySchedules, CpuRule, schedule_with_rules
 from .conv import Conv
 from .injective import Injective
 from .matmul import Matmul
 from .reduction import Normalization, Pooling
+from .winograd import Winograd
 
 __all__ = [
+    "CONV_ALGORITHMS",
     "cpu_schedule_passes",
     "pre_legalize_passes",
     "default_rules",
@@ -42,12 +46,13 @@ __all__ = [
     "Pooling",
     "Normalization",
     "Injective",
+    "Winograd",
 ]
 
 
 def default_rules() -> list[CpuRule]:
     """The rules, most specific first."""
-    return [Conv(), Matmul(), Pooling(), Normalization(), Injective()]
+    return [Winograd(), Conv(), Matmul(), Pooling(), Normalization(), Injective()]
 
 
 #: The layout convolutions run in on CPUs: output channels innermost, so the register tile vectorises over
@@ -56,13 +61,19 @@ def default_rules() -> list[CpuRule]:
 CONV_LAYOUT = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 
 
-def pre_legalize_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+#: values of the `conv_algorithm` option: "auto" runs 3x3 stride-1 convolutions as Winograd where they fit
+CONV_ALGORITHMS = ("auto", "direct")
+
+
+def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto") -> list[tvm.transform.Pass]:
     """Relax passes before legalisation: inference BatchNormalization folded into the conv before it;
     exp/erf/tanh as vectorisable polynomials, not libm calls; 2-D convolutions in NHWC (`CONV_LAYOUT`;
-    transposes between them cancel, weights transpose at compile time)."""
+    transposes between them cancel, weights transpose at compile time); with ``conv_algorithm="auto"``,
+    3x3 stride-1 convolutions on large maps as Winograd F(4x4, 3x3) (`nxrt_tvm.lower.winograd`)."""
     if target.kind.name != "llvm":
         return []
-    return [FoldBatchNormIntoConv(), relax.transform.FastMathTransform(), convert_conv_layout()]
+    winograd = [WinogradConv2D] if conv_algorithm == "auto" else []
+    return [FoldBatchNormIntoConv(), relax.transform.FastMathTransform(), convert_conv_layout(), *winograd]
 
 
 def _has_conv(mod: tvm.IRModule) -> bool:

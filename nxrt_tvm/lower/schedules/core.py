@@ -121,7 +121,8 @@ def pick_i_tile(extent: int | None, tile: int) -> int:
 
 
 def _packable_weight(sch: s_tir.Schedule, shape: ContractionShape) -> tirx.Buffer | None:
-    """The ``W[r..., j]`` operand when it is a layout-free parameter read by plain reduction iterators (or constants)."""
+    """The ``W[b..., r..., j]`` operand when it is a layout-free parameter read by plain iterators (or constants):
+    batch iterators ``b`` (batch matmul), then reduction iterators ``r``."""
     func = sch.mod["main"]
     free = func.attrs.get("layout_free_buffers") if func.attrs is not None else None
     if not free:
@@ -130,6 +131,7 @@ def _packable_weight(sch: s_tir.Schedule, shape: ContractionShape) -> tirx.Buffe
     stmt = sch.get(shape.block)
     j_var = stmt.iter_vars[shape.spatial - 1].var
     reduce_vars = [iv.var for iv in stmt.iter_vars[shape.spatial:]]
+    batch_vars = [iv.var for iv in stmt.iter_vars[: shape.spatial - 1]]
     for region in stmt.reads:
         buffer = region.source
         if not any(buffer.same_as(b) for b in free_buffers):
@@ -137,7 +139,10 @@ def _packable_weight(sch: s_tir.Schedule, shape: ContractionShape) -> tirx.Buffe
         *rows, col = (r.min for r in region.region)
         row_vars = [r for r in rows if not isinstance(r, tirx.IntImm)]  # constants: unit axes the analysis folded
         distinct = all(not a.same_as(b) for k, a in enumerate(row_vars) for b in row_vars[k + 1:])
-        if (col.same_as(j_var) and row_vars and distinct and all(any(r.same_as(v) for v in reduce_vars) for r in row_vars)
+        # rows: reduction iterators, after any batch iterators (a batch matmul's constant [B, K, N] weight)
+        batch = [r for r in row_vars if any(r.same_as(v) for v in batch_vars)]
+        reduced = row_vars[len(batch):]
+        if (col.same_as(j_var) and reduced and distinct and all(any(r.same_as(v) for v in reduce_vars) for r in reduced)
                 and isinstance(buffer.shape[-1], tirx.IntImm)):
             return buffer
     return None
