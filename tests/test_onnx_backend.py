@@ -176,6 +176,19 @@ def test_support_profile_checks_are_current():
     )
 
 
+def test_support_profile_claims_sample_is_current():
+    """The `claims_sample` section (1/32 of the cases, each built by TVM) matches a fresh run (~1 min)."""
+    tool = _profile_tool()
+    stored = json.loads(tool.PROFILE.read_text())["claims_sample"]
+    fresh = json.loads(json.dumps(tool.sample_of(tool.claim_cases(tool.sample_names(), progress=False))))
+    changed = {name: {"stored": stored.get(name), "now": fresh.get(name)}
+               for name in sorted(set(stored) | set(fresh)) if stored.get(name) != fresh.get(name)}
+    assert not changed, (
+        f"claims after builds changed in {len(changed)} sampled case(s) ([claimed, nodes]): {changed}; "
+        "run `python tools/support_profile.py` (or --sample-only) and commit docs/support_profile.json"
+    )
+
+
 @pytest.mark.slow
 def test_support_profile_claims_are_current():
     """The `claims` section (claims proven by TVM builds) matches a fresh run (~10-30 min)."""

@@ -110,6 +110,13 @@ class TuningDatabase:
     def has_record(self, func: tvm.tirx.PrimFunc) -> bool:
         return self.best(workload_module(func)) is not None
 
+    def searched_trials(self, mod: tvm.IRModule) -> int:
+        """How many searched schedules of `mod` were measured: MetaSchedule commits each as it runs, so this is
+        where a search killed mid-task resumes (the state file only counts finished tasks)."""
+        if not self.database.has_workload(mod):
+            return 0
+        return len(self.database.get_top_k(self.database.commit_workload(mod), 1 << 30))
+
     def commit_baseline(self, mod: tvm.IRModule, trace: s_tir.Trace, run_secs, target, args_info) -> None:
         """Keep the default rules' measured schedule of a kernel (see the module docstring)."""
         if self.baseline is None:

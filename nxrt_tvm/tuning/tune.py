@@ -213,7 +213,7 @@ def tune_model(
     bar = tqdm(list(zip(tasks, allotted)), desc=f"tuning {device_key(tvm_target)}", unit="task", disable=show)
     for task, want in bar:
         entry = state[task.workload]
-        done = int(entry.get("trials", 0))
+        done = max(int(entry.get("trials", 0)), db.searched_trials(task.extracted.dispatched[0]))
         over_budget = time_budget is not None and time.perf_counter() - started > time_budget
         todo = 0 if over_budget else max(0, want - done)
         if todo:

@@ -114,3 +114,20 @@ def test_unknown_conv_algorithm_is_a_typed_error():
 def test_tile_choice():
     assert [winograd_tile(s, s) for s in (56, 28, 14, 12, 11, 7)] == [4, 4, 4, 4, None, None]
     assert winograd_tile(56, 7) is None
+
+
+def test_winograd_partition_deploys_from_an_epcontext_model(tmp_path):
+    """Compiled ahead of time, the Winograd kernels (and their folded, packed weights) load and run without a compile."""
+    model = _conv_model(1, 16, 12, 12, 32, residual=False)
+    source = tmp_path / "conv.onnx"
+    onnx.save(model, source)
+    nx.compile_model(source, tmp_path / "conv_ctx.onnx", progress=False)
+    options = nx.SessionOptions()
+    options.add_session_config_entry("session.disable_model_compile", "1")
+    session = nx.InferenceSession(str(tmp_path / "conv_ctx.onnx"), options)
+    x = RNG.standard_normal((1, 16, 12, 12)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    blobs = [a.s for n in onnx.load(tmp_path / "conv_ctx.onnx").graph.node if n.op_type == "EPContext"
+             for a in n.attribute if a.name == "ep_cache_context"]
+    assert len(blobs) == 1 and b"winograd_input" in blobs[0] and b"winograd_output" in blobs[0]  # the kernels' symbols

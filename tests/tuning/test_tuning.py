@@ -112,6 +112,20 @@ def test_resume_adds_nothing_for_finished_tasks(tuned):
     assert time.perf_counter() - started < 60
 
 
+def test_resume_after_a_run_killed_mid_task_keeps_its_trials(tuned, tmp_path):
+    """A kill inside a task's search leaves its records but not the state's count: the database's count is used."""
+    logs, report = tuned
+    copy = tmp_path / "logs"
+    shutil.copytree(logs, copy)
+    state_path = copy / report.device_key / "nxrt_tuning_state.json"
+    state = json.loads(state_path.read_text())
+    for entry in state.values():
+        entry["trials"] = 0  # as if killed before the task's end was written
+    state_path.write_text(json.dumps(state))
+    again = nx.tune_model(_matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=copy, progress=False)
+    assert again.trials == 0 and all(t.skipped for t in again.tasks)
+
+
 def test_records_apply_to_this_device_only(tuned, tmp_path):
     logs, _ = tuned
     model = _matmul_model()

@@ -53,14 +53,7 @@ class Winograd(CpuRule):
         sch.reorder(p, co, eps, r1, r2, nu, ci)
         write_back = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(write_back, eps, preserve_unit_loops=True)
-        sch.vectorize(sch.get_loops(write_back)[-1])
-        sch.parallel(sch.fuse(p, co))
-        for loop in (eps, r1, r2, nu):
-            sch.unroll(loop)
-        sch.vectorize(ci)
-        init = sch.decompose_reduction(block, r1)
-        sch.vectorize(sch.get_loops(init)[-1])
-        return sch
+        return _register_tile(sch, block, write_back, [p, co], [eps, r1, r2, nu], ci, r1, lanes)
 
     @staticmethod
     def _output(sch, blocks, block, lanes):
@@ -80,14 +73,21 @@ class Winograd(CpuRule):
         if epilogue:
             sch.reverse_compute_inline(epilogue[-1])
         sch.reverse_compute_at(write_back, ko, preserve_unit_loops=True)
-        sch.vectorize(sch.split(sch.get_loops(write_back)[-1], factors=[None, lanes])[-1])
-        sch.parallel(sch.fuse(*batch, th, tw, ko))
-        for loop in (eps, nu, ym, zm):
-            sch.unroll(loop)
-        sch.vectorize(ki)
-        init = sch.decompose_reduction(block, eps)
-        sch.vectorize(sch.get_loops(init)[-1])
-        return sch
+        return _register_tile(sch, block, write_back, [*batch, th, tw, ko], [eps, nu, ym, zm], ki, eps, lanes)
+
+
+def _register_tile(sch: s_tir.Schedule, block, write_back, parallel: list, unrolled: list, vector, first_reduce,
+                   lanes: int) -> s_tir.Schedule:
+    """The loops of a transform once its accumulators sit in registers: outer tiles in parallel, the transform
+    unrolled (so its coefficients fold), channels vectorised in the tile, its init and its write-back."""
+    sch.vectorize(sch.split(sch.get_loops(write_back)[-1], factors=[None, lanes])[-1])
+    sch.parallel(sch.fuse(*parallel))
+    for loop in unrolled:
+        sch.unroll(loop)
+    sch.vectorize(vector)
+    init = sch.decompose_reduction(block, first_reduce)
+    sch.vectorize(sch.get_loops(init)[-1])
+    return sch
 
 
 def _tile_of(sch: s_tir.Schedule, block) -> int:
