@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("--tune", type=int, metavar="TRIALS", help="tune the models first with this many trials in all")
-    parser.add_argument("--time-budget", type=float, help="with --tune: stop starting tasks after this many seconds")
+    parser.add_argument("--time-budget", type=float, help="with --tune: the tuning time budget in seconds (see nxrt-tvm tune --help)")
     args = parser.parse_args()
     threads = int(os.environ["TVM_NUM_THREADS"])
     key = device_key(make_target("llvm"))

@@ -296,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="autotune the TVM partitions for a device (MetaSchedule + XGBoost), resumable")
     _add_model_args(tune, tuning=False)
     tune.add_argument("--trials", type=int, default=256, help="measurement trials in all (spent where the weighted cost is)")
-    tune.add_argument("--time-budget", type=float, help="seconds; stop starting new tasks after this")
+    tune.add_argument("--time-budget", type=float, help="seconds; later tasks get only the trials that fit in what is left, none once it is spent")
     tune.add_argument("--log-dir", type=Path, default=Path("tuning_logs"), help="databases go to LOG_DIR/<device key>/")
     tune.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the device behind this TVM RPC tracker")
     tune.add_argument("--rpc-key", help="the device key its RPC server registered with the tracker")

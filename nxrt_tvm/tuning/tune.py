@@ -97,6 +97,19 @@ def _allot(costs: Sequence[float], trials: int, per_iter: int) -> list[int]:
     return [max(per_iter, int(round(trials * c / total / per_iter)) * per_iter) for c in costs]
 
 
+def _trials_in_budget(todo: int, left_s: float | None, per_trial_s: float | None, per_iter: int) -> int:
+    """A task's `todo` trials cut to what fits in the time left at this run's measured rate, in whole rounds
+    (at least one while any time is left: a task is never started for nothing)."""
+    if left_s is None or todo == 0:
+        return todo
+    if left_s <= 0:
+        return 0
+    if per_trial_s is None:
+        return todo  # nothing measured yet: the heaviest task runs its allotment
+    fits = int(left_s / per_trial_s) // per_iter * per_iter
+    return min(todo, max(per_iter, fits))
+
+
 def _best(db: TuningDatabase, task: TuningTask) -> tuple[float | None, bool]:
     """(mean time of the task's best valid record in us, whether that record is the default rules' schedule)."""
     match = db.best(task.extracted.dispatched[0])
@@ -210,15 +223,19 @@ def tune_model(
     tasks = [tasks[k] for k in order]
     allotted = _allot([costs[k] for k in order], trials, per_iter)
     results: list[TaskResult] = []
+    search_s, searched = 0.0, 0  # this run's search time and trials: the rate the time budget is spent at
     bar = tqdm(list(zip(tasks, allotted)), desc=f"tuning {device_key(tvm_target)}", unit="task", disable=show)
     for task, want in bar:
         entry = state[task.workload]
         done = max(int(entry.get("trials", 0)), db.searched_trials(task.extracted.dispatched[0]))
-        over_budget = time_budget is not None and time.perf_counter() - started > time_budget
-        todo = 0 if over_budget else max(0, want - done)
+        left_s = None if time_budget is None else time_budget - (time.perf_counter() - started)
+        todo = _trials_in_budget(max(0, want - done), left_s, search_s / searched if searched else None, per_iter)
         if todo:
             bar.set_postfix_str(f"{task.name}: {todo} trials")
+            search_started = time.perf_counter()
             _search(task, todo, per_iter, builder, runner, db)
+            search_s += time.perf_counter() - search_started
+            searched += todo
             entry["trials"] = done + todo
             _write_json(state_path, state)
         best, best_is_rule = _best(db, task)

@@ -126,6 +126,18 @@ def test_resume_after_a_run_killed_mid_task_keeps_its_trials(tuned, tmp_path):
     assert again.trials == 0 and all(t.skipped for t in again.tasks)
 
 
+def test_time_budget_cuts_a_task_to_the_trials_that_fit():
+    """At this run's measured rate: 100 s left at 2.5 s a trial fit 40 trials, 32 in rounds of 16."""
+    from nxrt_tvm.tuning.tune import _trials_in_budget
+
+    assert _trials_in_budget(224, 100.0, 2.5, 16) == 32
+    assert _trials_in_budget(224, 10.0, 2.5, 16) == 16  # one round while time is left
+    assert _trials_in_budget(224, -1.0, 2.5, 16) == 0
+    assert _trials_in_budget(224, 1000.0, 2.5, 16) == 224
+    assert _trials_in_budget(304, 840.0, None, 16) == 304  # the first task: no rate measured yet
+    assert _trials_in_budget(224, None, 2.5, 16) == 224  # no budget
+
+
 def test_records_apply_to_this_device_only(tuned, tmp_path):
     logs, _ = tuned
     model = _matmul_model()
