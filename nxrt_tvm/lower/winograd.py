@@ -127,9 +127,6 @@ def _static(shape) -> tuple[int, ...] | None:
 
 @mutator
 class _Rewriter(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
         rewritten = self._winograd(call)
