@@ -184,14 +184,18 @@ def _claims_worker(names: list[str], conn) -> None:
         conn.send((name, case_claims(cases[name], ep)))
 
 
+def _sampled(name: str) -> bool:
+    return zlib.crc32(name.encode()) % SAMPLE_MODULUS == 0
+
+
 def sample_names() -> list[str]:
-    return [c.name for c in node_cases() if zlib.crc32(c.name.encode()) % SAMPLE_MODULUS == 0]
+    return [c.name for c in node_cases() if _sampled(c.name)]
 
 
 def sample_of(per_case: dict[str, dict]) -> dict[str, list[int] | str]:
     """Per sampled case: [claimed nodes, nodes], or the error that kept it from loading."""
     out: dict[str, list[int] | str] = {}
-    for name in sorted(set(sample_names()) & set(per_case)):
+    for name in sorted(n for n in per_case if _sampled(n)):
         rec = per_case[name]
         out[name] = rec["error"] if "error" in rec else [sum(r[3] is None for r in rec["nodes"]), len(rec["nodes"])]
     return out
