@@ -27,7 +27,7 @@ from . import schedules
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
 
-__all__ = ["RULE_KEPT", "Lowering", "fusion_passes", "layout_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
+__all__ = ["RECORD_UNFIT", "RULE_KEPT", "Lowering", "fusion_passes", "layout_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,8 @@ _TUNED = {
 
 #: The reason a kernel with tuning records runs the default rule (the searched ones did not beat it).
 RULE_KEPT = f"tuning found no schedule {SEARCHED_MARGIN:.0%} faster than the default rule"
+#: The reason a kernel with a matching record runs the default rule: the record's trace did not replay on it.
+RECORD_UNFIT = "a tuning record matched but did not replay on this kernel (logged); default CPU schedule rule"
 
 
 def _variant(name: str, attrs) -> KernelVariant:
@@ -148,7 +150,7 @@ def _variant(name: str, attrs) -> KernelVariant:
     if how in _TUNED:
         return KernelVariant(name, *_TUNED[how])
     if RULE_ATTR in attrs:
-        reason = RULE_KEPT if how == "rule-best" else "no tuning record; default CPU schedule rule"
+        reason = {"rule-best": RULE_KEPT, "unfit": RECORD_UNFIT}.get(how, "no tuning record; default CPU schedule rule")
         return KernelVariant(name, f"default:{attrs[RULE_ATTR]}", reason)
     return KernelVariant(name, "tvm-default", "no tuning record and no schedule rule fits")
 

@@ -41,7 +41,8 @@ FAILED_RUN_SECS = 1e9
 #: A searched schedule replaces the default rule's only when it measured this much faster: MetaSchedule times a
 #: kernel alone (warm caches, one kernel at a time), and inside a model the two differ by about as much.
 SEARCHED_MARGIN = 0.05
-#: PrimFunc attribute: how a tuning record scheduled the function ("exact", "anchor") or "rule-best".
+#: PrimFunc attribute: how a tuning record scheduled the function ("exact", "anchor"), "rule-best", or "unfit" (a
+#: matching record failed to replay: the default rules schedule it).
 TUNING_ATTR = "nxrt.tuning_record"
 
 
@@ -181,10 +182,13 @@ def open_database(log_dir: str | Path, target: tvm.target.Target) -> TuningDatab
 def _schedule(func: tvm.tirx.PrimFunc, match: RecordMatch, target: tvm.target.Target) -> tvm.tirx.PrimFunc:
     """`func` scheduled by the record's trace (replayed, or transferred from the anchor op's kernel)."""
     mod = workload_module(func)
-    sch = s_tir.Schedule(mod)
     if match.how == "exact" or tvm_ffi.structural_equal(match.record.workload.mod, mod):
+        # The record's own module, not `func`: structural equality ignores names, but the trace finds its
+        # blocks by name, and block names follow the input's (a LayerNorm of `lv20` has block `lv20_sum`).
+        sch = s_tir.Schedule(match.record.workload.mod)
         match.record.trace.apply_to_schedule(sch, remove_postproc=False)
     else:
+        sch = s_tir.Schedule(mod)
         schedule_using_anchor_trace(sch, match.record.trace, target)
     scheduled = sch.mod["main"]
     if match.how == "anchor":
@@ -218,7 +222,9 @@ class ApplyTuningRecords:
             try:
                 scheduled = _schedule(func, match, target)
             except Exception as exc:  # noqa: BLE001 - a record that does not fit keeps the default rules
-                log.debug("tuning record for %s not applied: %s", gvar.name_hint, str(exc).splitlines()[0] if str(exc) else exc)
+                log.warning("tuning record for %s not applied (default rules kept): %s", gvar.name_hint,
+                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                updates[gvar] = func.with_attr(TUNING_ATTR, "unfit")
                 continue
             updates[gvar] = scheduled.with_attr("tirx.is_scheduled", True).with_attr(TUNING_ATTR, match.how)
         for gvar, func in updates.items():

@@ -230,3 +230,64 @@ def test_rpc_tuning_on_loopback(tmp_path):
 def test_bad_rpc_arguments():
     with pytest.raises(nx.InvalidProviderOptions, match="HOST:PORT"):
         nx.tune_model(_matmul_model(), trials=1, rpc_tracker="localhost", rpc_key="k", progress=False)
+
+
+def _layer_norm_model(input_name: str):
+    """LayerNormalization of [64, 128]: its TIR block names follow the input's name (`x_sum`, `features_sum`)."""
+    rng = np.random.default_rng(0)
+    scale = numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "scale")
+    bias = numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "bias")
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", [input_name, "scale", "bias"], ["y"], axis=-1)],
+        "ln",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [64, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 128])],
+        [scale, bias],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _layer_norm_task(model):
+    from nxrt_tvm.graph.model import load_model
+    from nxrt_tvm.partition.plan import make_plan
+    from nxrt_tvm.providers.cpu import CPUExecutionProvider
+    from nxrt_tvm.providers.tvm import TvmExecutionProvider
+    from nxrt_tvm.tuning.tasks import extract_tasks
+
+    graph, target = load_model(model), make_target("llvm")
+    ep = TvmExecutionProvider(target=target)
+    plan = make_plan(graph, [ep, CPUExecutionProvider()])
+    (task,) = extract_tasks([(graph, p) for p in plan.partitions if p.ep == ep.ep_id], target)
+    return task
+
+
+def test_searched_record_replays_on_a_kernel_whose_names_differ(tmp_path):
+    """The database matches workloads structurally (names ignored), but a trace finds blocks by name: a record
+    made on one model's LayerNorm must replay on another's, whose input (so whose block names) differ.
+
+    The record is a searched-looking trace (it samples) written as a search would, so no tuning run is needed.
+    """
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    from nxrt_tvm.tuning.database import TuningDatabase
+
+    task = _layer_norm_task(_layer_norm_model("x"))
+    assert task.workload == _layer_norm_task(_layer_norm_model("features")).workload  # one workload, two names
+    mod = task.extracted.dispatched[0]
+    sch = s_tir.Schedule(mod)
+    block = sch.get_sblock("x_sum")
+    outer, _ = sch.get_loops(block)
+    sch.parallel(outer)
+    sch.sample_categorical([1, 2], [0.5, 0.5])  # what makes a trace a search's
+    directory = tmp_path / "logs" / device_key(make_target("llvm"))
+    directory.mkdir(parents=True)
+    db = TuningDatabase(directory, directory.name).database
+    db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), [1e-6], make_target("llvm"),
+                                                     ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
+    model = _layer_norm_model("features")
+    feeds = {"features": np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32)}
+    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(directory.parent)}, {}])
+    variants = [v for k in sess._kernels for v in k.variants()]
+    assert [v.variant for v in variants] == ["tuned"], variants
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
