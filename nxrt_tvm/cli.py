@@ -16,6 +16,7 @@ from .data import default_model_path
 from .epcontext.codec import is_ep_context
 from .epcontext.loader import restore_sources
 from .graph.model import GraphView, load_model
+from .lower.schedules import CONV_ALGORITHMS
 from .partition.plan import make_plan
 from .ort.cli import add_cli as _add_ort_plugin_cli
 from .session import InferenceSession
@@ -33,6 +34,8 @@ def _tvm_options(args: argparse.Namespace) -> dict:
         options["op_types_to_exclude"] = args.exclude
     if getattr(args, "tuning_logs", None) is not None:
         options["tuning_logs"] = str(args.tuning_logs)
+    if args.conv_algorithm != "auto":
+        options["conv_algorithm"] = args.conv_algorithm
     return options
 
 
@@ -62,6 +65,9 @@ def _add_model_args(p: argparse.ArgumentParser, tuning: bool = True) -> None:
     p.add_argument("--target", default="llvm", help="'llvm' (host CPU), 'cuda', or a JSON target dict")
     p.add_argument("--min-subgraph-size", type=int, help="smallest partition the TVM EP compiles")
     p.add_argument("--exclude", help="comma-separated op types the TVM EP must not claim")
+    p.add_argument("--conv-algorithm", choices=CONV_ALGORITHMS, default="auto",
+                   help="'auto': 3x3 stride-1 convolutions as Winograd where they fit; 'direct': all direct "
+                        "(tune with the algorithm you compile with: they make different kernels)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                    help="fix a symbolic input dim (static shapes let TVM claim and tune more)")
     if tuning:
@@ -217,7 +223,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     report = tune_model(
         _model(args), target=args.target, trials=args.trials, time_budget=args.time_budget, log_dir=args.log_dir,
-        rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, free_dims=_dims(args), progress=None if not args.json else False,
+        rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, free_dims=_dims(args), conv_algorithm=args.conv_algorithm,
+        progress=None if not args.json else False,
     )
     rows = [
         {"task": t.name, "weight": t.weight, "gflop": round(t.flops / 1e9, 4), "trials": t.trials,

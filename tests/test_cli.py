@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 
 import model_zoo
 from nxrt_tvm.cli import main
@@ -69,3 +70,23 @@ def test_plan_shows_kernel_variants(capsys):
 def test_bad_dim_is_a_clear_error(capsys):
     assert main(["plan", "--dim", "N"]) == 2
     assert "NAME=SIZE" in capsys.readouterr().err
+
+
+def test_conv_algorithm_option_reaches_the_compile(capsys, tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], [weight])
+    path = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    kernels = {}
+    for algorithm in ("auto", "direct"):
+        assert main(["plan", str(path), "--conv-algorithm", algorithm, "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        kernels[algorithm] = " ".join(v["name"] for p in plan["partitions"] for v in p.get("kernels", []))
+    assert "winograd" in kernels["auto"] and "winograd" not in kernels["direct"] and "conv2d" in kernels["direct"]
+    with pytest.raises(SystemExit) as exit_info:  # argparse's usage error, naming the choices
+        main(["plan", str(path), "--conv-algorithm", "fft"])
+    assert exit_info.value.code == 2 and "choose from 'auto', 'direct'" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from ..api.claim import SubgraphClaim
 from ..graph.model import GraphView
 from ..lower.build import import_onnx, partition_model
-from ..lower.pipeline import fusion_passes
+from ..lower.pipeline import Lowering, fusion_passes
 
 __all__ = ["TuningTask", "extract_tasks", "fuse", "has_reduction"]
 
@@ -38,21 +38,25 @@ class TuningTask:
         return self.weight * max(self.flops, 1.0)
 
 
-def fuse(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+def fuse(mod: tvm.IRModule, target: tvm.target.Target, lowering: Lowering = Lowering()) -> tvm.IRModule:
     """The module as lowering sees it when tuning records are applied (after operator fusion)."""
     with target:
-        return tvm.transform.Sequential(fusion_passes(target))(mod)
+        return tvm.transform.Sequential([*lowering.user_passes, *fusion_passes(target, lowering)])(mod)
 
 
 def extract_tasks(
-    partitions: Sequence[tuple[GraphView, SubgraphClaim]], target: tvm.target.Target
+    partitions: Sequence[tuple[GraphView, SubgraphClaim]], target: tvm.target.Target, lowering: Lowering = Lowering()
 ) -> list[TuningTask]:
-    """Tasks of all partitions, merged by workload, heaviest (weight x flops) first."""
+    """Tasks of all partitions, merged by workload, heaviest (weight x flops) first.
+
+    `lowering` is the compile configuration the records are for: its user passes and convolution
+    algorithm change which kernels there are.
+    """
     tasks: dict[str, TuningTask] = {}
     skipped: list[str] = []
     movement: list[str] = []
     for graph, claim in partitions:
-        fused = fuse(import_onnx(partition_model(graph, claim.nodes, claim.name)), target)
+        fused = fuse(import_onnx(partition_model(graph, claim.nodes, claim.name)), target, lowering)
         for extracted in ms.relax_integration.extract_tasks(fused, target):
             if extracted.mod.attrs is not None and extracted.mod.attrs.get("tirx.is_scheduled", False):
                 continue

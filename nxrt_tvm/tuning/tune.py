@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import tvm
 from tqdm import tqdm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.utils import remove_build_dir
@@ -182,24 +183,30 @@ def tune_model(
     rpc_key: str | None = None,
     trials_per_iter: int = 16,
     free_dims: dict[str, int] | None = None,
+    conv_algorithm: str = "auto",
+    passes: Sequence[tvm.transform.Pass] = (),
     progress: bool | None = None,
 ) -> TuneReport:
-    """Tune every TVM partition of `models` for `target`; records go to `log_dir/<device key>/`."""
+    """Tune every TVM partition of `models` for `target`; records go to `log_dir/<device key>/`.
+
+    `conv_algorithm` and `passes` are the TVM EP options the models will be compiled with: both change
+    the kernels, so records made under one configuration do not match the kernels of another.
+    """
     if trials < 1:
         raise InvalidProviderOptions(f"trials must be >= 1, got {trials}")
     started = time.perf_counter()
     tvm_target = make_target(target)
     runner = _runner(rpc_tracker, rpc_key)  # bad RPC arguments fail before anything is written
+    ep = TvmExecutionProvider(target=tvm_target, passes=passes, conv_algorithm=conv_algorithm)  # and bad options
     directory = device_log_dir(log_dir, tvm_target)
     directory.mkdir(parents=True, exist_ok=True)
     sources = list(models) if isinstance(models, (list, tuple)) else [models]
     partitions = []
     for source in sources:
         graph = load_model(source, free_dims=free_dims)
-        ep = TvmExecutionProvider(target=tvm_target)
         plan = make_plan(graph, [ep, CPUExecutionProvider()])
         partitions.extend((graph, p) for p in plan.partitions if p.ep == ep.ep_id)
-    tasks = extract_tasks(partitions, tvm_target)
+    tasks = extract_tasks(partitions, tvm_target, ep.lowering)
     state_path = directory / _STATE
     state: dict[str, dict] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     db = TuningDatabase(directory, device_key(tvm_target))

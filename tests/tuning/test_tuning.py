@@ -247,7 +247,7 @@ def _layer_norm_model(input_name: str):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _layer_norm_task(model):
+def _tasks(model, **tvm_options):
     from nxrt_tvm.graph.model import load_model
     from nxrt_tvm.partition.plan import make_plan
     from nxrt_tvm.providers.cpu import CPUExecutionProvider
@@ -255,10 +255,9 @@ def _layer_norm_task(model):
     from nxrt_tvm.tuning.tasks import extract_tasks
 
     graph, target = load_model(model), make_target("llvm")
-    ep = TvmExecutionProvider(target=target)
+    ep = TvmExecutionProvider(target=target, **tvm_options)
     plan = make_plan(graph, [ep, CPUExecutionProvider()])
-    (task,) = extract_tasks([(graph, p) for p in plan.partitions if p.ep == ep.ep_id], target)
-    return task
+    return extract_tasks([(graph, p) for p in plan.partitions if p.ep == ep.ep_id], target, ep.lowering)
 
 
 def test_searched_record_replays_on_a_kernel_whose_names_differ(tmp_path):
@@ -272,8 +271,8 @@ def test_searched_record_replays_on_a_kernel_whose_names_differ(tmp_path):
 
     from nxrt_tvm.tuning.database import TuningDatabase
 
-    task = _layer_norm_task(_layer_norm_model("x"))
-    assert task.workload == _layer_norm_task(_layer_norm_model("features")).workload  # one workload, two names
+    (task,) = _tasks(_layer_norm_model("x"))
+    assert [task.workload] == [t.workload for t in _tasks(_layer_norm_model("features"))]  # one workload, two names
     mod = task.extracted.dispatched[0]
     sch = s_tir.Schedule(mod)
     block = sch.get_sblock("x_sum")
@@ -291,3 +290,28 @@ def test_searched_record_replays_on_a_kernel_whose_names_differ(tmp_path):
     variants = [v for k in sess._kernels for v in k.variants()]
     assert [v.variant for v in variants] == ["tuned"], variants
     assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+
+
+def _conv3x3_model():
+    """A 3x3 stride-1 conv, 16 -> 16 channels on a 16x16 map: one Winograd fits (`conv_algorithm="auto"`)."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+        [weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_tasks_follow_the_conv_algorithm_compiled_with(tmp_path):
+    """Winograd and direct convolutions are different kernels: tune with the option you compile with."""
+    auto = {t.name for t in _tasks(_conv3x3_model())}
+    direct = {t.name for t in _tasks(_conv3x3_model(), conv_algorithm="direct")}
+    assert any("winograd" in n for n in auto) and not any("conv2d" in n for n in auto), auto
+    assert any("conv2d" in n for n in direct) and not any("winograd" in n for n in direct), direct
+    with pytest.raises(nx.InvalidProviderOptions, match="conv_algorithm"):
+        nx.tune_model(_conv3x3_model(), trials=TRIALS, conv_algorithm="fft", log_dir=tmp_path / "logs", progress=False)
+    assert not (tmp_path / "logs").exists()  # bad options fail before anything is written
