@@ -82,6 +82,15 @@ def transpose(shape):
     return _model([helper.make_node("Transpose", ["x"], ["out"], perm=[0, 2, 1])], [("x", shape)], ["out"])
 
 
+def head_split(seq, heads, dim):
+    """Attention's head split: [1, seq, heads * dim] -> [1, heads, seq, dim]; the reshape reads through
+    (h * dim + d) // (heads * dim), which inlining simplifies away: the copy must still vectorise."""
+    shape = helper.make_node("Constant", [], ["shape"],
+                             value=numpy_helper.from_array(np.array([1, seq, heads, dim], dtype=np.int64)))
+    return _model([shape, helper.make_node("Reshape", ["x", "shape"], ["r"]),
+                   helper.make_node("Transpose", ["r"], ["out"], perm=[0, 2, 1, 3])], [("x", [1, seq, heads * dim])], ["out"])
+
+
 def tile(shape, reps):
     reps = helper.make_node("Constant", [], ["reps"], value=numpy_helper.from_array(np.array(reps, dtype=np.int64)))
     return _model([reps, helper.make_node("Tile", ["x", "reps"], ["out"])], [("x", shape)], ["out"])
@@ -111,6 +120,7 @@ CASES = {
     "elementwise_3x17x19": (elementwise([3, 17, 19]), "injective", 1e-3),
     "transpose_2x17x33": (transpose([2, 17, 33]), "injective", 1e-4),
     "tile_3x5": (tile([3, 5], [2, 7]), "injective", 1e-4),
+    "head_split_1x16x2x32": (head_split(16, 2, 32), "injective", 1e-4),
 }
 
 
@@ -196,6 +206,7 @@ def test_tile_gathers_stay_scalar():
     funcs = _prim_funcs(_lowered(CASES["tile_3x5"][0]))
     script = "\n".join(f.script() for f in funcs.values())
     assert "T.vectorized" not in script  # modulo gathers: AVX-512 codegen miscompiles them vectorised
+
 
 
 def test_no_rules_builds_tvm_default_and_matches():
