@@ -12,6 +12,7 @@ TVM's own RPC tracker, on the device itself.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import tvm
 from tqdm import tqdm
+from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
@@ -119,19 +121,35 @@ def _best(db: TuningDatabase, task: TuningTask) -> tuple[float | None, bool]:
     return match.mean_us, not is_searched(match.record.trace)
 
 
+def _rule_schedule(task: TuningTask, target) -> tuple[str, s_tir.Schedule] | None:
+    return schedule_with_rules(task.extracted.dispatched[0]["main"], target, default_rules())
+
+
+def rule_digest(sch: s_tir.Schedule) -> str:
+    """What identifies a default rule's schedule of a kernel: a changed rule means a new baseline to measure."""
+    return hashlib.sha256(str(sch.trace).encode()).hexdigest()[:16]
+
+
+def _stale_baseline(task: TuningTask, entry: dict, target) -> bool:
+    """Whether the task's default-rule baseline is missing or was measured on another version of the rules."""
+    if "rule_us" not in entry:
+        return True
+    found = _rule_schedule(task, target)
+    return found is not None and entry.get("rule_digest") != rule_digest(found[1])
+
+
 def _measure_rules(tasks: Sequence[TuningTask], target, builder: ms.builder.Builder, runner: ms.runner.Runner,
-                   db: TuningDatabase) -> list[tuple[str, float] | None]:
+                   db: TuningDatabase) -> list[tuple[str, float, str] | None]:
     """Measure the default rules' schedule of each task like a trial and keep it as its baseline record.
 
     One build call and one run call for all of them (each call starts worker processes). Per task:
-    (rule, us), or None where no rule fits or the schedule failed to build or run (logged).
+    (rule, us, rule digest), or None where no rule fits or the schedule failed to build or run (logged).
     """
     scheduled = []
     for task in tasks:
-        kernel = task.extracted.dispatched[0]
-        found = schedule_with_rules(kernel["main"], target, default_rules())
+        found = _rule_schedule(task, target)
         if found is not None:
-            scheduled.append((task, kernel, *found))
+            scheduled.append((task, task.extracted.dispatched[0], *found))
     built = builder.build([ms.builder.BuilderInput(sch.mod, target) for _, _, _, sch in scheduled]) if scheduled else []
     runnable, inputs = [], []
     device = "cpu" if target.kind.name == "llvm" else target.kind.name
@@ -144,7 +162,7 @@ def _measure_rules(tasks: Sequence[TuningTask], target, builder: ms.builder.Buil
         args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
         runnable.append((task, kernel, rule, sch, args, result.artifact_path))
         inputs.append(ms.runner.RunnerInput(result.artifact_path, device, args))
-    measured: dict[str, tuple[str, float]] = {}
+    measured: dict[str, tuple[str, float, str]] = {}
     try:
         futures = runner.run(inputs) if inputs else []
         for (task, kernel, rule, sch, args, _), future in zip(runnable, futures):
@@ -154,7 +172,7 @@ def _measure_rules(tasks: Sequence[TuningTask], target, builder: ms.builder.Buil
                             (result.error_msg or "no run time").strip().splitlines()[-1])
                 continue
             db.commit_baseline(kernel, sch.trace, result.run_secs, target, args)
-            measured[task.workload] = (rule, mean_us(result.run_secs))
+            measured[task.workload] = (rule, mean_us(result.run_secs), rule_digest(sch))
     finally:
         for *_, artifact in runnable:
             remove_build_dir(artifact)
@@ -213,14 +231,18 @@ def tune_model(
     builder = ms.builder.LocalBuilder(timeout_sec=_TIMEOUT_S)
     show = None if progress is None else not progress
 
-    # 1. The default rules' schedules: the baseline records, and where the weighted latency is.
-    new = [t for t in tasks if "rule_us" not in state.get(t.workload, {})]
+    # 1. The default rules' schedules: the baseline records, and where the weighted latency is. Measured again
+    #    when the rules changed: a record is applied only where it beat the baseline, so an old, slower
+    #    baseline would keep a searched schedule the new rule beats. (The database keeps the fastest baseline.)
+    llvm = tvm_target.kind.name == "llvm"
+    new = [t for t in tasks if _stale_baseline(t, state.get(t.workload, {}), tvm_target)] if llvm else \
+        [t for t in tasks if "rule_us" not in state.get(t.workload, {})]
     if new:
         log.info("measuring the default schedules of %d task(s)", len(new))
-        measured = _measure_rules(new, tvm_target, builder, runner, db) if tvm_target.kind.name == "llvm" else [None] * len(new)
+        measured = _measure_rules(new, tvm_target, builder, runner, db) if llvm else [None] * len(new)
         for task, found in zip(new, measured):
             entry = state.setdefault(task.workload, {"name": task.name, "trials": 0})
-            entry["rule"], entry["rule_us"] = found if found is not None else (None, None)
+            entry["rule"], entry["rule_us"], entry["rule_digest"] = found if found is not None else (None, None, None)
         _write_json(state_path, state)
 
     # 2. The search, task by task, heaviest first, trials where calls x time are.

@@ -117,6 +117,9 @@ CASES = {
     "softmax_3x17": (softmax([3, 17]), "normalization", 1e-3),
     "softmax_2x4x33": (softmax([2, 4, 33]), "normalization", 1e-3),
     "layernorm_5x37": (layer_norm([5, 37]), "normalization", 1e-4),
+    # rows a multiple of the vector width long: vector partial reductions inside one parallel row loop
+    "softmax_2x3x64": (softmax([2, 3, 64]), "row-reduction", 1e-3),
+    "layernorm_6x128": (layer_norm([6, 128]), "row-reduction", 1e-4),
     "elementwise_3x17x19": (elementwise([3, 17, 19]), "injective", 1e-3),
     "transpose_2x17x33": (transpose([2, 17, 33]), "injective", 1e-4),
     "tile_3x5": (tile([3, 5], [2, 7]), "injective", 1e-4),

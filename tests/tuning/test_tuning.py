@@ -126,6 +126,25 @@ def test_resume_after_a_run_killed_mid_task_keeps_its_trials(tuned, tmp_path):
     assert again.trials == 0 and all(t.skipped for t in again.tasks)
 
 
+def test_a_changed_default_rule_is_measured_again(tuned, tmp_path):
+    """A baseline measured on another version of the rules is stale: the next run measures the rule again
+    (a new baseline record) and searches nothing more."""
+    logs, report = tuned
+    copy = tmp_path / "logs"
+    shutil.copytree(logs, copy)
+    state_path = copy / report.device_key / "nxrt_tuning_state.json"
+    state = json.loads(state_path.read_text())
+    (entry,) = state.values()
+    assert entry["rule_digest"]
+    entry["rule_digest"] = "an-older-rule"
+    state_path.write_text(json.dumps(state))
+    again = nx.tune_model(_matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=copy, progress=False)
+    assert again.trials == 0
+    baseline = copy / report.device_key / "default_schedules" / "database_tuning_record.json"
+    assert len(baseline.read_text().splitlines()) == 2
+    assert json.loads(state_path.read_text())[again.tasks[0].workload]["rule_digest"] != "an-older-rule"
+
+
 def test_time_budget_cuts_a_task_to_the_trials_that_fit():
     """At this run's measured rate: 100 s left at 2.5 s a trial fit 40 trials, 32 in rounds of 16."""
     from nxrt_tvm.tuning.tune import _trials_in_budget

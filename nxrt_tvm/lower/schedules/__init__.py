@@ -9,6 +9,7 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
 `Conv`             convolution, NHWC (padding as its own loop, register tile, epilogue)
 `Matmul`           matmul, dense, batch matmul (+ bias/activation epilogue)
 `Pooling`          max/average pooling, single-input reductions
+`RowReduction`     softmax-like chains of last-axis reductions (vectorised partial reductions per row)
 `Normalization`    softmax, layer norm, RMS norm (dlight's CPU Reduction)
 `Injective`        elementwise, broadcast, transpose, reshape
 =================  ==========================================================
@@ -29,7 +30,7 @@ from .base import RULE_ATTR, ApplySchedules, CpuRule, schedule_with_rules
 from .conv import Conv
 from .injective import Injective
 from .matmul import Matmul
-from .reduction import Normalization, Pooling
+from .reduction import Normalization, Pooling, RowReduction
 from .winograd import Winograd
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Conv",
     "Matmul",
     "Pooling",
+    "RowReduction",
     "Normalization",
     "Injective",
     "Winograd",
@@ -52,7 +54,7 @@ __all__ = [
 
 def default_rules() -> list[CpuRule]:
     """The rules, most specific first."""
-    return [Winograd(), Conv(), Matmul(), Pooling(), Normalization(), Injective()]
+    return [Winograd(), Conv(), Matmul(), Pooling(), RowReduction(), Normalization(), Injective()]
 
 
 #: The layout convolutions run in on CPUs: output channels innermost, so the register tile vectorises over

@@ -7,18 +7,25 @@
   pooling's divide) runs as its own parallel, vectorised loop. No register
   tile: a window has few taps, and the tiled form measured 6x slower on
   ResNet's 3x3 max pool (200 us vs 34 us).
+* `RowReduction`: softmax-like chains (every reduction over the last axis of
+  the same rows, elementwise blocks between): one parallel loop over rows with
+  every block computed inside it, and each reduction split into vector-wide
+  partial results (`rfactor`) so it runs on vectors, then reduced across lanes.
+  Softmax over 4x128x128 measured 33 us against 94 us for dlight's rule below,
+  whose row reductions stay scalar.
 * `Normalization`: chains of row reductions and elementwise blocks (softmax,
   layer norm): dlight's CPU `Reduction` rule (rows in parallel, elementwise
   blocks vectorised), guarded like every rule here.
 """
 from __future__ import annotations
 
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.cpu import Reduction as _DlightReduction
 
 from .base import CpuRule, extent_of, parallel_outer, parallel_vectorize, vector_lanes
 from .core import contraction_shape, pick_j_tile
 
-__all__ = ["Pooling", "Normalization"]
+__all__ = ["Pooling", "RowReduction", "Normalization"]
 
 
 class Pooling(CpuRule):
@@ -62,3 +69,65 @@ class Normalization(CpuRule):
             return _DlightReduction().apply(func, target, tunable) if target.kind.name == "llvm" else None
         except Exception:  # noqa: BLE001 - any failure keeps TVM's default for this function
             return None
+
+
+class RowReduction(CpuRule):
+    """Softmax-like: reductions of the last axis of one set of rows, all computed inside one parallel row loop."""
+
+    name = "row-reduction"
+
+    def schedule(self, sch, blocks, target):
+        lanes = vector_lanes(target)
+        last = blocks[-1]
+        kinds = last.dom_kind()
+        if not last.is_injective() or len(kinds) < 2 or set(kinds) != {"S"}:
+            return None
+        rows = [it.dom for it in last.iters[:-1]]
+        reductions = [info for info in blocks if not info.is_injective()]
+        if not reductions:
+            return None
+        for info in blocks[:-1]:
+            doms = [it.dom for it in info.iters]
+            if not all(isinstance(d, int) for d in doms):
+                return None
+            if info.is_injective():
+                if doms != rows and (info.dom_kind() != kinds or doms[:-1] != rows):  # per row, or per element
+                    return None
+            elif (info.dom_kind() != "S" * len(rows) + "R" or doms[:-1] != rows or doms[-1] % lanes
+                  or len(sch.get(info.block_rv).writes) != 1):
+                return None
+        names = [sch.get(info.block_rv).name_hint for info in blocks]
+        per_row = {name for name, info in zip(names, blocks) if [it.dom for it in info.iters] == rows}
+        for info in blocks[:-1]:
+            # one consumer: inlined; more (softmax's exp, read by its sum and its normalisation): computed once per row
+            if info.is_injective() and len(sch.get_consumers(info.block_rv)) == 1:
+                sch.compute_inline(info.block_rv)
+        partials = []
+        for info in reductions:
+            ko, ki = sch.split(sch.get_loops(info.block_rv)[-1], factors=[None, lanes])
+            partials.append(sch.rfactor(ki, factor_axis=len(rows)))
+        out = sch.get_sblock(names[-1])
+        loops = sch.get_loops(out)
+        row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+        sch.parallel(row)
+        sch.vectorize(sch.split(loops[-1], factors=[None, lanes])[-1])
+        inside = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+        inside = [name for name in inside if name != names[-1]]
+        partial_names = {sch.get(b).name_hint for b in partials}
+        for name in reversed(inside):
+            sch.compute_at(sch.get_sblock(name), row, preserve_unit_loops=True)
+        for name in inside:
+            block = sch.get_sblock(name)
+            block_loops = sch.get_loops(block)[1:]
+            stmt = sch.get(block)
+            if name in per_row:
+                continue  # a scalar per row (layer norm's mean)
+            if name in partial_names:
+                # loops (lane, unit row loops..., chunk): chunks outside, the lane loop inside and vectorised
+                sch.reorder(block_loops[-1], block_loops[0])
+                block_loops = sch.get_loops(block)[1:]
+                sch.vectorize(block_loops[-1])
+                sch.decompose_reduction(block, block_loops[0])
+            elif all(iv.iter_type == tirx.IterVar.DataPar for iv in stmt.iter_vars):
+                sch.vectorize(sch.split(block_loops[-1], factors=[None, lanes])[-1])
+        return sch
