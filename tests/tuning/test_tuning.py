@@ -173,6 +173,13 @@ def test_records_apply_to_this_device_only(tuned, tmp_path):
     assert not any(_record_applied(v) for k in sess._kernels for v in k.variants())
 
 
+def _variants_with_logs(model, feeds, logs) -> list[str]:
+    """Compile with `logs`, check the session against onnxruntime, and return its kernels' variants."""
+    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(logs)}, {}])
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+    return [v.variant for k in sess._kernels for v in k.variants()]
+
+
 def test_record_of_the_same_anchor_op_is_transferred(tuned, tmp_path):
     """A searched record of MatMul transfers to MatMul+Relu (same anchor block, another epilogue), exactly."""
     from nxrt_tvm.tuning.database import TuningDatabase, is_searched
@@ -191,10 +198,7 @@ def test_record_of_the_same_anchor_op_is_transferred(tuned, tmp_path):
                                                         record.run_secs, record.target, record.args_info))
     model = _matmul_model("Relu")
     feeds = {"x": np.random.default_rng(2).standard_normal((32, 64)).astype(np.float32)}
-    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(only.parent)}, {}])
-    variants = [v for k in sess._kernels for v in k.variants()]
-    assert [v.variant for v in variants] == ["tuned:anchor"], variants
-    assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+    assert _variants_with_logs(model, feeds, only.parent) == ["tuned:anchor"]
 
 
 def _free_port() -> int:
@@ -305,10 +309,7 @@ def test_searched_record_replays_on_a_kernel_whose_names_differ(tmp_path):
                                                      ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
     model = _layer_norm_model("features")
     feeds = {"features": np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32)}
-    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(directory.parent)}, {}])
-    variants = [v for k in sess._kernels for v in k.variants()]
-    assert [v.variant for v in variants] == ["tuned"], variants
-    assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+    assert _variants_with_logs(model, feeds, directory.parent) == ["tuned"]
 
 
 def _conv3x3_model():
