@@ -131,7 +131,8 @@ def rule_digest(sch: s_tir.Schedule) -> str:
 
 
 def _stale_baseline(task: TuningTask, entry: dict, target) -> bool:
-    """Whether the task's default-rule baseline is missing or was measured on another version of the rules."""
+    """Whether the task's default-rule baseline is missing or was measured on another version of the rules
+    (no rule fits: nothing to measure again, as on cuda, whose kernels dlight schedules)."""
     if "rule_us" not in entry:
         return True
     found = _rule_schedule(task, target)
@@ -234,11 +235,10 @@ def tune_model(
     # 1. The default rules' schedules: the baseline records, and where the weighted latency is. Measured again
     #    when the rules changed: a record is applied only where it beat the baseline, so an old, slower
     #    baseline would keep a searched schedule the new rule beats. (The database keeps the fastest baseline.)
-    llvm = tvm_target.kind.name == "llvm"
-    new = [t for t in tasks if _stale_baseline(t, state.get(t.workload, {}), tvm_target)] if llvm else \
-        [t for t in tasks if "rule_us" not in state.get(t.workload, {})]
+    new = [t for t in tasks if _stale_baseline(t, state.get(t.workload, {}), tvm_target)]
     if new:
         log.info("measuring the default schedules of %d task(s)", len(new))
+        llvm = tvm_target.kind.name == "llvm"
         measured = _measure_rules(new, tvm_target, builder, runner, db) if llvm else [None] * len(new)
         for task, found in zip(new, measured):
             entry = state.setdefault(task.workload, {"name": task.name, "trials": 0})
