@@ -130,27 +130,23 @@ def rule_digest(sch: s_tir.Schedule) -> str:
     return hashlib.sha256(str(sch.trace).encode()).hexdigest()[:16]
 
 
-def _stale_baseline(task: TuningTask, entry: dict, target) -> bool:
-    """Whether the task's default-rule baseline is missing or was measured on another version of the rules
-    (no rule fits: nothing to measure again, as on cuda, whose kernels dlight schedules)."""
+def _stale_baseline(entry: dict, found: tuple[str, s_tir.Schedule] | None) -> bool:
+    """Whether a task's default-rule baseline is missing or was measured on another version of the rules
+    (`found`: the rules' schedule now; None where no rule fits, as on cuda, whose kernels dlight schedules)."""
     if "rule_us" not in entry:
         return True
-    found = _rule_schedule(task, target)
     return found is not None and entry.get("rule_digest") != rule_digest(found[1])
 
 
-def _measure_rules(tasks: Sequence[TuningTask], target, builder: ms.builder.Builder, runner: ms.runner.Runner,
+def _measure_rules(tasks: Sequence[tuple[TuningTask, tuple[str, s_tir.Schedule] | None]], target,
+                   builder: ms.builder.Builder, runner: ms.runner.Runner,
                    db: TuningDatabase) -> list[tuple[str, float, str] | None]:
-    """Measure the default rules' schedule of each task like a trial and keep it as its baseline record.
+    """Measure the default rules' schedule of each task (given with it) like a trial; keep it as its baseline record.
 
     One build call and one run call for all of them (each call starts worker processes). Per task:
     (rule, us, rule digest), or None where no rule fits or the schedule failed to build or run (logged).
     """
-    scheduled = []
-    for task in tasks:
-        found = _rule_schedule(task, target)
-        if found is not None:
-            scheduled.append((task, task.extracted.dispatched[0], *found))
+    scheduled = [(task, task.extracted.dispatched[0], *found) for task, found in tasks if found is not None]
     built = builder.build([ms.builder.BuilderInput(sch.mod, target) for _, _, _, sch in scheduled]) if scheduled else []
     runnable, inputs = [], []
     device = "cpu" if target.kind.name == "llvm" else target.kind.name
@@ -177,7 +173,7 @@ def _measure_rules(tasks: Sequence[TuningTask], target, builder: ms.builder.Buil
     finally:
         for *_, artifact in runnable:
             remove_build_dir(artifact)
-    return [measured.get(task.workload) for task in tasks]
+    return [measured.get(task.workload) for task, _ in tasks]
 
 
 def _runner(rpc_tracker: str | None, rpc_key: str | None) -> ms.runner.Runner:
@@ -235,12 +231,13 @@ def tune_model(
     # 1. The default rules' schedules: the baseline records, and where the weighted latency is. Measured again
     #    when the rules changed: a record is applied only where it beat the baseline, so an old, slower
     #    baseline would keep a searched schedule the new rule beats. (The database keeps the fastest baseline.)
-    new = [t for t in tasks if _stale_baseline(t, state.get(t.workload, {}), tvm_target)]
+    rules = [(t, _rule_schedule(t, tvm_target)) for t in tasks]  # scheduled once: checked, then measured
+    new = [(t, found) for t, found in rules if _stale_baseline(state.get(t.workload, {}), found)]
     if new:
         log.info("measuring the default schedules of %d task(s)", len(new))
         llvm = tvm_target.kind.name == "llvm"
         measured = _measure_rules(new, tvm_target, builder, runner, db) if llvm else [None] * len(new)
-        for task, found in zip(new, measured):
+        for (task, _), found in zip(new, measured):
             entry = state.setdefault(task.workload, {"name": task.name, "trials": 0})
             entry["rule"], entry["rule_us"], entry["rule_digest"] = found if found is not None else (None, None, None)
         _write_json(state_path, state)
