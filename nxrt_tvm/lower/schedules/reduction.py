@@ -86,25 +86,27 @@ class RowReduction(CpuRule):
         reductions = [info for info in blocks if not info.is_injective()]
         if not reductions:
             return None
-        for info in blocks[:-1]:
+        names = [sch.get(info.block_rv).name_hint for info in blocks]
+        per_row = set()  # blocks with one value per row (layer norm's mean)
+        for name, info in zip(names[:-1], blocks[:-1]):
             doms = [it.dom for it in info.iters]
             if not all(isinstance(d, int) for d in doms):
                 return None
             if info.is_injective():
-                if doms != rows and (info.dom_kind() != kinds or doms[:-1] != rows):  # per row, or per element
+                if doms == rows:
+                    per_row.add(name)
+                elif info.dom_kind() != kinds or doms[:-1] != rows:  # per row, or per element
                     return None
             elif (info.dom_kind() != "S" * len(rows) + "R" or doms[:-1] != rows or doms[-1] % lanes
                   or len(sch.get(info.block_rv).writes) != 1):
                 return None
-        names = [sch.get(info.block_rv).name_hint for info in blocks]
-        per_row = {name for name, info in zip(names, blocks) if [it.dom for it in info.iters] == rows}
         for info in blocks[:-1]:
             # one consumer: inlined; more (softmax's exp, read by its sum and its normalisation): computed once per row
             if info.is_injective() and len(sch.get_consumers(info.block_rv)) == 1:
                 sch.compute_inline(info.block_rv)
         partials = []
         for info in reductions:
-            ko, ki = sch.split(sch.get_loops(info.block_rv)[-1], factors=[None, lanes])
+            _, ki = sch.split(sch.get_loops(info.block_rv)[-1], factors=[None, lanes])
             partials.append(sch.rfactor(ki, factor_axis=len(rows)))
         out = sch.get_sblock(names[-1])
         loops = sch.get_loops(out)
@@ -117,17 +119,16 @@ class RowReduction(CpuRule):
         for name in reversed(inside):
             sch.compute_at(sch.get_sblock(name), row, preserve_unit_loops=True)
         for name in inside:
+            if name in per_row:
+                continue  # a scalar per row
             block = sch.get_sblock(name)
             block_loops = sch.get_loops(block)[1:]
-            stmt = sch.get(block)
-            if name in per_row:
-                continue  # a scalar per row (layer norm's mean)
             if name in partial_names:
                 # loops (lane, unit row loops..., chunk): chunks outside, the lane loop inside and vectorised
                 sch.reorder(block_loops[-1], block_loops[0])
                 block_loops = sch.get_loops(block)[1:]
                 sch.vectorize(block_loops[-1])
                 sch.decompose_reduction(block, block_loops[0])
-            elif all(iv.iter_type == tirx.IterVar.DataPar for iv in stmt.iter_vars):
+            elif all(iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(block).iter_vars):
                 sch.vectorize(sch.split(block_loops[-1], factors=[None, lanes])[-1])
         return sch
