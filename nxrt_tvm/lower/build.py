@@ -22,6 +22,7 @@ from ..graph.extract import extract_model
 from ..graph.model import GraphView, ValueInfo
 from ..api.kernel import KernelVariant
 from .pipeline import Lowering, lowering_pipeline
+from .tir_pipeline import tir_pipeline_for
 
 __all__ = [
     "partition_model",
@@ -148,7 +149,8 @@ def build_executable(
 ) -> relax.VMExecutable:
     """Run the lowering pipeline and build for `target` (`variants` collects each kernel's implementation)."""
     try:
-        return tvm.compile(mod, target, relax_pipeline=lowering_pipeline(target, lowering, variants))
+        return tvm.compile(mod, target, relax_pipeline=lowering_pipeline(target, lowering, variants),
+                           tir_pipeline=tir_pipeline_for(target))
     except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CompileFailed(f"TVM could not build for {target.kind.name}: {message}") from exc

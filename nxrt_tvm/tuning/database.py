@@ -26,10 +26,11 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
 
+from ..lower.tir_pipeline import tir_pipeline_for
 from .device import device_key, device_log_dir
 
 __all__ = ["open_database", "database_digest", "TuningDatabase", "RecordMatch", "ApplyTuningRecords", "TUNING_ATTR",
-           "FAILED_RUN_SECS", "is_searched", "workload_module", "mean_us"]
+           "FAILED_RUN_SECS", "is_searched", "workload_module", "mean_us", "replay"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,13 @@ def is_searched(trace: s_tir.Trace) -> bool:
 def workload_module(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
     """A kernel as MetaSchedule keys it (its task module: "main", with that global symbol)."""
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def replay(record: ms.database.TuningRecord) -> s_tir.Schedule:
+    """A record's trace applied to its own workload, postprocessing included (as it was measured)."""
+    sch = s_tir.Schedule(record.workload.mod)
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch
 
 
 def _valid(record: ms.database.TuningRecord | None) -> bool:
@@ -127,6 +135,16 @@ class TuningDatabase:
         self.baseline.commit_tuning_record(ms.database.TuningRecord(trace, workload, run_secs, target, args_info))
         self._anchors = None
 
+    def top_searched(self, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
+        """The fastest valid searched record of `mod`'s own workload."""
+        return _top(self.database, mod)
+
+    def commit_searched(self, mod: tvm.IRModule, trace: s_tir.Trace, run_secs, target, args_info) -> None:
+        """Record a searched schedule measured again (the database keeps every measurement; the fastest counts)."""
+        workload = self.database.commit_workload(mod)
+        self.database.commit_tuning_record(ms.database.TuningRecord(trace, workload, run_secs, target, args_info))
+        self._anchors = None
+
     def best(self, mod: tvm.IRModule) -> RecordMatch | None:
         """The record to apply to `mod` (a one-function module): its own workload's, else its anchor op's.
 
@@ -185,14 +203,13 @@ def _schedule(func: tvm.tirx.PrimFunc, match: RecordMatch, target: tvm.target.Ta
     if match.how == "exact" or tvm_ffi.structural_equal(match.record.workload.mod, mod):
         # The record's own module, not `func`: structural equality ignores names, but the trace finds its
         # blocks by name, and block names follow the input's (a LayerNorm of `lv20` has block `lv20_sum`).
-        sch = s_tir.Schedule(match.record.workload.mod)
-        match.record.trace.apply_to_schedule(sch, remove_postproc=False)
+        sch = replay(match.record)
     else:
         sch = s_tir.Schedule(mod)
         schedule_using_anchor_trace(sch, match.record.trace, target)
     scheduled = sch.mod["main"]
     if match.how == "anchor":
-        tvm.compile(tvm.IRModule({"main": scheduled}), target)  # a transferred trace must build, or the rules take over
+        tvm.compile(tvm.IRModule({"main": scheduled}), target, tir_pipeline=tir_pipeline_for(target))  # a transferred trace must build, or the rules take over
     return scheduled.without_attr("global_symbol")
 
 

@@ -33,9 +33,10 @@ from ..api.errors import InvalidProviderOptions
 from ..graph.model import ModelSource, load_model
 from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
+from ..lower.tir_pipeline import MEASURED_PIPELINE, build_for_measurement
 from ..partition.plan import make_plan
 from ..providers import CPUExecutionProvider, TvmExecutionProvider
-from .database import TuningDatabase, is_searched, mean_us
+from .database import TuningDatabase, is_searched, mean_us, replay
 from .device import DEFAULT_LOG_DIR, device_key, device_log_dir
 from .tasks import TuningTask, extract_tasks
 
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 _STATE = "nxrt_tuning_state.json"
 #: Builder/runner timeouts: MetaSchedule's 30 s default kills builds on a busy 2-core machine.
 _TIMEOUT_S = 300
+#: what `_measure_rules` calls a task's best searched schedule, measured again beside the rule's
+_SEARCHED = "best searched"
 
 
 @dataclass(frozen=True)
@@ -126,16 +129,24 @@ def _rule_schedule(task: TuningTask, target) -> tuple[str, s_tir.Schedule] | Non
 
 
 def rule_digest(sch: s_tir.Schedule) -> str:
-    """What identifies a default rule's schedule of a kernel: a changed rule means a new baseline to measure."""
-    return hashlib.sha256(str(sch.trace).encode()).hexdigest()[:16]
+    """What identifies a default rule's measured schedule of a kernel: its trace and the code generation it was
+    built with (`MEASURED_PIPELINE`). A change to either means a new baseline to measure."""
+    return hashlib.sha256(f"{sch.trace}\0{MEASURED_PIPELINE}".encode()).hexdigest()[:16]
 
 
 def _stale_baseline(entry: dict, found: tuple[str, s_tir.Schedule] | None) -> bool:
-    """Whether a task's default-rule baseline is missing or was measured on another version of the rules
-    (`found`: the rules' schedule now; None where no rule fits, as on cuda, whose kernels dlight schedules)."""
+    """Whether a task's default-rule baseline is missing or was measured on another version of the rules or of
+    code generation (`found`: the rules' schedule now; None where no rule fits, as on cuda, whose kernels dlight
+    schedules)."""
     if "rule_us" not in entry:
         return True
     return found is not None and entry.get("rule_digest") != rule_digest(found[1])
+
+
+def _searched_schedule(db: TuningDatabase, task: TuningTask) -> tuple[tvm.IRModule, s_tir.Schedule] | None:
+    """(workload, schedule) of the task's best searched record, replayed as compile applies it; or None."""
+    record = db.top_searched(task.extracted.dispatched[0])
+    return None if record is None else (record.workload.mod, replay(record))
 
 
 def _measure_rules(tasks: Sequence[tuple[TuningTask, tuple[str, s_tir.Schedule] | None]], target,
@@ -143,33 +154,44 @@ def _measure_rules(tasks: Sequence[tuple[TuningTask, tuple[str, s_tir.Schedule] 
                    db: TuningDatabase) -> list[tuple[str, float, str] | None]:
     """Measure the default rules' schedule of each task (given with it) like a trial; keep it as its baseline record.
 
-    One build call and one run call for all of them (each call starts worker processes). Per task:
-    (rule, us, rule digest), or None where no rule fits or the schedule failed to build or run (logged).
+    The task's best searched schedule is measured again beside it and recorded once more, so the two that
+    compile chooses between have a time from the same run and the same code generation (a baseline goes stale
+    when either changed). One build call and one run call for all of them (each call starts worker processes).
+    Per task: (rule, us, rule digest), or None where no rule fits or the schedule failed to build or run (logged).
     """
-    scheduled = [(task, task.extracted.dispatched[0], *found) for task, found in tasks if found is not None]
-    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for _, _, _, sch in scheduled]) if scheduled else []
+    scheduled = []  # (task, workload, what: a rule's name or _SEARCHED, schedule)
+    for task, found in tasks:
+        if found is not None:
+            scheduled.append((task, task.extracted.dispatched[0], *found))
+            searched = _searched_schedule(db, task)
+            if searched is not None:
+                scheduled.append((task, searched[0], _SEARCHED, searched[1]))
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for *_, sch in scheduled]) if scheduled else []
     runnable, inputs = [], []
     device = "cpu" if target.kind.name == "llvm" else target.kind.name
-    for (task, kernel, rule, sch), result in zip(scheduled, built):
+    for (task, kernel, what, sch), result in zip(scheduled, built):
         if result.error_msg:
-            log.warning("the default %s schedule of %s did not build for measurement: %s", rule, task.name,
+            log.warning("the %s schedule of %s did not build for measurement: %s", what, task.name,
                         result.error_msg.strip().splitlines()[-1])
             continue
         # As MetaSchedule measures its candidates: a layout-rewrite block (packed weights) is not run, its output is the argument.
         args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-        runnable.append((task, kernel, rule, sch, args, result.artifact_path))
+        runnable.append((task, kernel, what, sch, args, result.artifact_path))
         inputs.append(ms.runner.RunnerInput(result.artifact_path, device, args))
     measured: dict[str, tuple[str, float, str]] = {}
     try:
         futures = runner.run(inputs) if inputs else []
-        for (task, kernel, rule, sch, args, _), future in zip(runnable, futures):
+        for (task, kernel, what, sch, args, _), future in zip(runnable, futures):
             result = future.result()
             if result.error_msg or not result.run_secs:
-                log.warning("the default %s schedule of %s failed to run for measurement: %s", rule, task.name,
+                log.warning("the %s schedule of %s failed to run for measurement: %s", what, task.name,
                             (result.error_msg or "no run time").strip().splitlines()[-1])
                 continue
+            if what == _SEARCHED:
+                db.commit_searched(kernel, sch.trace, result.run_secs, target, args)
+                continue
             db.commit_baseline(kernel, sch.trace, result.run_secs, target, args)
-            measured[task.workload] = (rule, mean_us(result.run_secs), rule_digest(sch))
+            measured[task.workload] = (what, mean_us(result.run_secs), rule_digest(sch))
     finally:
         for *_, artifact in runnable:
             remove_build_dir(artifact)
@@ -225,7 +247,7 @@ def tune_model(
     state_path = directory / _STATE
     state: dict[str, dict] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     db = TuningDatabase(directory, device_key(tvm_target))
-    builder = ms.builder.LocalBuilder(timeout_sec=_TIMEOUT_S)
+    builder = ms.builder.LocalBuilder(timeout_sec=_TIMEOUT_S, f_build=build_for_measurement)  # as compile builds
     show = None if progress is None else not progress
 
     # 1. The default rules' schedules: the baseline records, and where the weighted latency is. Measured again

@@ -127,11 +127,14 @@ def test_resume_after_a_run_killed_mid_task_keeps_its_trials(tuned, tmp_path):
 
 
 def test_a_changed_default_rule_is_measured_again(tuned, tmp_path):
-    """A baseline measured on another version of the rules is stale: the next run measures the rule again
-    (a new baseline record) and searches nothing more."""
+    """A baseline measured on another version of the rules (or code generation) is stale: the next run measures
+    the rule again (a new baseline record) and the best searched schedule beside it (one more search record),
+    and searches nothing more."""
     logs, report = tuned
     copy = tmp_path / "logs"
     shutil.copytree(logs, copy)
+    searched = copy / report.device_key / "database_tuning_record.json"
+    records = len(searched.read_text().splitlines())
     state_path = copy / report.device_key / "nxrt_tuning_state.json"
     state = json.loads(state_path.read_text())
     (entry,) = state.values()
@@ -142,7 +145,18 @@ def test_a_changed_default_rule_is_measured_again(tuned, tmp_path):
     assert again.trials == 0
     baseline = copy / report.device_key / "default_schedules" / "database_tuning_record.json"
     assert len(baseline.read_text().splitlines()) == 2
+    assert len(searched.read_text().splitlines()) == records + 1
     assert json.loads(state_path.read_text())[again.tasks[0].workload]["rule_digest"] != "an-older-rule"
+
+
+def test_baselines_are_stale_when_code_generation_changes(monkeypatch):
+    from nxrt_tvm.tuning import tune
+
+    found = tune._rule_schedule(_tasks(_matmul_model())[0], make_target("llvm"))
+    entry = {"rule_us": 1.0, "rule_digest": tune.rule_digest(found[1])}
+    assert not tune._stale_baseline(entry, found)
+    monkeypatch.setattr(tune, "MEASURED_PIPELINE", "another code generation")
+    assert tune._stale_baseline(entry, found)
 
 
 def test_time_budget_cuts_a_task_to_the_trials_that_fit():
