@@ -150,3 +150,26 @@ def test_fallback_spins_only_where_it_runs_alone():
     assert spinning(nx.InferenceSession(model, providers=["CPUExecutionProvider"]))
     assert not spinning(nx.InferenceSession(model, providers=["CPUExecutionProvider"],
                                             provider_options=[{"allow_spinning": False}]))
+
+
+def _misaligned(fill: float) -> np.ndarray:
+    """A [4, 16] float32 feed 4 bytes off TVM's 64-byte alignment (so the kernel stages a copy of it)."""
+    return np.frombuffer(np.full(65, fill, dtype=np.float32).tobytes(), dtype=np.float32)[1:].reshape(4, 16)
+
+
+def test_a_result_that_is_a_staged_input_survives_the_next_run():
+    """Misaligned feeds are copied into a per-kernel buffer that the next run writes again; a partition that
+    returns its input (Identity) must hand out a copy, or the first result would change under the caller."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = nx.InferenceSession(model, providers=["TvmExecutionProvider", "CPUExecutionProvider"])
+    assert [k.name for k in session._kernels if hasattr(k, "module")]
+    first = session.run(None, {"x": _misaligned(1.0)})[0]
+    second = session.run(None, {"x": _misaligned(2.0)})[0]
+    np.testing.assert_array_equal(first, np.ones((4, 16), np.float32))
+    np.testing.assert_array_equal(second, np.full((4, 16), 2.0, np.float32))

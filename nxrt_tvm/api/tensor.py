@@ -6,6 +6,8 @@ never dereferenced on the host.
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -28,14 +30,22 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return raw[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
-def _numpy_dtype(dtype: Any) -> np.dtype:
-    text = str(dtype)
+@functools.lru_cache(maxsize=None)
+def _numpy_dtype(text: str) -> np.dtype:
     try:
         return np.dtype(text)
     except TypeError:
         import ml_dtypes  # bfloat16 / float8 names numpy itself does not know
 
         return np.dtype(getattr(ml_dtypes, text))
+
+
+@functools.lru_cache(maxsize=None)
+def _device(dev_type: int, ordinal: int) -> DeviceId:
+    try:
+        return DeviceId(DeviceType.from_dlpack_code(dev_type), ordinal)
+    except ValueError as exc:
+        raise InvalidTensorView(str(exc)) from exc
 
 
 class TensorView:
@@ -47,13 +57,14 @@ class TensorView:
         if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
             raise InvalidTensorView(f"{type(obj).__name__} does not implement the DLPack protocol")
         self._obj = obj
-        self.shape: tuple[int, ...] = tuple(int(d) for d in obj.shape)
-        self.dtype: np.dtype = _numpy_dtype(obj.dtype)
         dev_type, dev_ordinal = obj.__dlpack_device__()
-        try:
-            self.device = DeviceId(DeviceType.from_dlpack_code(int(dev_type)), int(dev_ordinal))
-        except ValueError as exc:
-            raise InvalidTensorView(str(exc)) from exc
+        self.device: DeviceId = _device(int(dev_type), int(dev_ordinal))
+        if type(obj) is np.ndarray:  # the common feed: its shape and dtype are already what a view holds
+            self.shape: tuple[int, ...] = obj.shape
+            self.dtype: np.dtype = obj.dtype
+        else:  # session.run pays this per input and output: the dtype and device lookups are cached
+            self.shape = tuple(int(d) for d in obj.shape)
+            self.dtype = _numpy_dtype(str(obj.dtype))
 
     @classmethod
     def of(cls, obj: Any) -> "TensorView":
@@ -66,7 +77,7 @@ class TensorView:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def numpy(self) -> np.ndarray:
         """The host array behind the view, without a copy where the owner allows it."""

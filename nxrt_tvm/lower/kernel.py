@@ -18,26 +18,46 @@ from .target import tvm_device
 __all__ = ["TvmKernel"]
 
 
-def _to_tvm(view: TensorView, device: DeviceId, tvm_dev: tvm.runtime.Device) -> tvm.runtime.Tensor:
-    """Zero-copy where the memory is already what TVM code assumes (aligned, contiguous, writable)."""
+def _to_tvm(view: TensorView, device: DeviceId, tvm_dev: tvm.runtime.Device,
+            staged: tuple[np.ndarray, tvm.runtime.Tensor] | None = None,
+            ) -> tuple[tvm.runtime.Tensor, tuple[np.ndarray, tvm.runtime.Tensor] | None]:
+    """The view as a TVM tensor, and the aligned host copy made for it (None where it is shared zero-copy).
+
+    Zero-copy where the memory is already what TVM code assumes (aligned, contiguous, writable). Otherwise
+    the data is copied into `staged` (a previous call's copy) where its shape and dtype fit: a fresh buffer
+    per call costs page faults on every run (numpy's arrays are 16-byte aligned, so most feeds are copied).
+    """
     owner = view.owner
     if isinstance(owner, tvm.runtime.Tensor):
-        return owner
+        return owner, None
     if view.device.type is not DeviceType.CPU:
-        return tvm.runtime.from_dlpack(owner)
+        return tvm.runtime.from_dlpack(owner), None
     array = view.numpy()
     if device.type is not DeviceType.CPU:  # host data for a GPU kernel: one explicit copy
-        return tvm.runtime.tensor(np.ascontiguousarray(array), tvm_dev)
+        return tvm.runtime.tensor(np.ascontiguousarray(array), tvm_dev), None
     if array.size == 0:  # nothing to share; DLPack producers disagree on empty tensors' pointers and strides
-        return tvm.runtime.empty(array.shape, str(array.dtype), tvm_dev)
+        return tvm.runtime.empty(array.shape, str(array.dtype), tvm_dev), None
     if array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % ALIGNMENT == 0:
         try:
-            return tvm.runtime.from_dlpack(array)
+            return tvm.runtime.from_dlpack(array), None
         except (RuntimeError, BufferError):  # a layout DLPack cannot express as TVM wants it: copy below
             pass
-    staged = aligned_empty(array.shape, array.dtype)
-    staged[...] = array
-    return tvm.runtime.from_dlpack(staged)
+    if staged is None or staged[0].shape != array.shape or staged[0].dtype != array.dtype:
+        host = aligned_empty(array.shape, array.dtype)
+        staged = host, tvm.runtime.from_dlpack(host)
+    staged[0][...] = array
+    return staged[1], staged
+
+
+def _unaliased(value: object, staged: Sequence[np.ndarray]) -> object:
+    """A VM result that shares memory with a staged input (a view-like op returned it) copied out of it:
+    the next call writes the staged buffer again."""
+    if not staged or not isinstance(value, tvm.runtime.Tensor) or value.device.dlpack_device_type() != 1:
+        return value
+    start = value.data_ptr()
+    if any(host.ctypes.data <= start < host.ctypes.data + host.nbytes for host in staged):
+        return tvm.runtime.tensor(np.from_dlpack(value).copy(), value.device)
+    return value
 
 
 class TvmKernel(Kernel):
@@ -83,26 +103,36 @@ class TvmKernel(Kernel):
                 str(self.device), f"no {self.device.type.value} device is visible to TVM; run on a host that has one, "
                 "or compile ahead of time (nxrt-tvm compile) and deploy there"
             )
-        self._vm()
+        self._main()
 
-    def _vm(self) -> relax.VirtualMachine:
-        vm = getattr(self._local, "vm", None)
-        if vm is None:
-            vm = self._local.vm = relax.VirtualMachine(self.module, self._tvm_device)
-        return vm
+    def _main(self) -> tuple[tvm.runtime.Function, list]:
+        """This thread's VM entry function (looked up once: `vm["main"]` is a module lookup per call) and its
+        staged input copies (one slot per input, see `_to_tvm`)."""
+        local = self._local
+        if not hasattr(local, "main"):
+            local.main = relax.VirtualMachine(self.module, self._tvm_device)["main"]
+            local.staging = [None] * len(self.input_names)
+        return local.main, local.staging
 
     def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
         if len(inputs) != len(self.input_names):
             raise InvalidTensorView(f"kernel {self.name} takes {len(self.input_names)} inputs, got {len(inputs)}")
-        args = [_to_tvm(v, self.device, self._tvm_device) for v in inputs]
+        main, staging = self._main()
+        args, used = [], []
+        for k, view in enumerate(inputs):
+            tensor, staged = _to_tvm(view, self.device, self._tvm_device, staging[k])
+            if staged is not None:
+                staging[k] = staged
+                used.append(staged[0])
+            args.append(tensor)
         try:
-            result = self._vm()["main"](*args, *self._weights)
+            result = main(*args, *self._weights)
         except Exception as exc:
             raise KernelFailed(f"TVM kernel {self.name} failed: {exc}") from exc
         outputs = [result] if len(self.output_names) == 1 else list(result)
         if len(outputs) != len(self.output_names):
             raise KernelFailed(f"kernel {self.name} returned {len(outputs)} outputs, expected {len(self.output_names)}")
-        return [_as_view(value, want) for value, want in zip(outputs, self._output_dtypes)]
+        return [_as_view(_unaliased(value, used), want) for value, want in zip(outputs, self._output_dtypes)]
 
 
 def _as_view(value: object, want: np.dtype | None) -> TensorView:

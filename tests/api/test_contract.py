@@ -25,14 +25,21 @@ def test_views_cross_into_tvm_without_copies_when_aligned():
     cpu = nx.DeviceId(nx.DeviceType.CPU)
     aligned = aligned_empty((4, 16), np.float32)
     assert aligned.ctypes.data % ALIGNMENT == 0
-    shared = _to_tvm(nx.TensorView(aligned), cpu, tvm.cpu())
-    assert np.shares_memory(np.from_dlpack(shared), aligned)
+    shared, copy = _to_tvm(nx.TensorView(aligned), cpu, tvm.cpu())
+    assert np.shares_memory(np.from_dlpack(shared), aligned) and copy is None
     misaligned = np.frombuffer(bytes(4 * 65), dtype=np.float32)[1:]  # off by 4 bytes, read-only
-    staged = _to_tvm(nx.TensorView(misaligned), cpu, tvm.cpu())
+    staged, copy = _to_tvm(nx.TensorView(misaligned), cpu, tvm.cpu())
     assert not np.shares_memory(np.from_dlpack(staged), misaligned)
     np.testing.assert_array_equal(np.from_dlpack(staged), misaligned)
     tensor = tvm.runtime.tensor(aligned)
-    assert _to_tvm(nx.TensorView(tensor), cpu, tvm.cpu()) is tensor
+    assert _to_tvm(nx.TensorView(tensor), cpu, tvm.cpu())[0] is tensor
+    # a later call's copy of the same shape and dtype reuses the staged buffer; another shape gets a new one
+    later = np.frombuffer(np.arange(65, dtype=np.float32).tobytes(), dtype=np.float32)[1:]
+    reused, again = _to_tvm(nx.TensorView(later), cpu, tvm.cpu(), copy)
+    assert reused.data_ptr() == copy[0].ctypes.data and again is copy
+    np.testing.assert_array_equal(np.from_dlpack(reused), later)
+    other, fresh = _to_tvm(nx.TensorView(later[:8]), cpu, tvm.cpu(), copy)
+    assert other.data_ptr() != copy[0].ctypes.data and fresh[0].shape == (8,)
 
 
 def test_op_registry_picks_newest_version_not_above_opset():
