@@ -62,7 +62,7 @@ class TensorView:
         if type(obj) is np.ndarray:  # the common feed: its shape and dtype are already what a view holds
             self.shape: tuple[int, ...] = obj.shape
             self.dtype: np.dtype = obj.dtype
-        else:  # session.run pays this per input and output: the dtype and device lookups are cached
+        else:  # session.run pays this per kernel output: the dtype lookup is cached, as the device's is
             self.shape = tuple(int(d) for d in obj.shape)
             self.dtype = _numpy_dtype(str(obj.dtype))
 

@@ -51,8 +51,8 @@ def _to_tvm(view: TensorView, device: DeviceId, tvm_dev: tvm.runtime.Device,
 
 def _unaliased(value: object, staged: Sequence[np.ndarray]) -> object:
     """A VM result that shares memory with a staged input (a view-like op returned it) copied out of it:
-    the next call writes the staged buffer again."""
-    if not staged or not isinstance(value, tvm.runtime.Tensor) or value.device.dlpack_device_type() != 1:
+    the next call writes the staged buffer again. (Inputs are staged for CPU kernels only.)"""
+    if not staged or not isinstance(value, tvm.runtime.Tensor):
         return value
     start = value.data_ptr()
     if any(host.ctypes.data <= start < host.ctypes.data + host.nbytes for host in staged):
@@ -103,9 +103,9 @@ class TvmKernel(Kernel):
                 str(self.device), f"no {self.device.type.value} device is visible to TVM; run on a host that has one, "
                 "or compile ahead of time (nxrt-tvm compile) and deploy there"
             )
-        self._main()
+        self._per_thread()
 
-    def _main(self) -> tuple[tvm.runtime.Function, list]:
+    def _per_thread(self) -> tuple[tvm.runtime.Function, list]:
         """This thread's VM entry function (looked up once: `vm["main"]` is a module lookup per call) and its
         staged input copies (one slot per input, see `_to_tvm`)."""
         local = self._local
@@ -117,7 +117,7 @@ class TvmKernel(Kernel):
     def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
         if len(inputs) != len(self.input_names):
             raise InvalidTensorView(f"kernel {self.name} takes {len(self.input_names)} inputs, got {len(inputs)}")
-        main, staging = self._main()
+        main, staging = self._per_thread()
         args, used = [], []
         for k, view in enumerate(inputs):
             tensor, staged = _to_tvm(view, self.device, self._tvm_device, staging[k])

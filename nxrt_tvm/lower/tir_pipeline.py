@@ -21,6 +21,7 @@ import importlib
 import tvm
 import tvm_ffi
 from tvm import tirx
+from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
 __all__ = ["CPU_TIR_PIPELINE", "STACK_LIMIT_BYTES", "MEASURED_PIPELINE", "StackAllocateSmallBuffers", "tir_pipeline_for", "build_for_measurement"]
@@ -89,7 +90,5 @@ def build_for_measurement(mod: tvm.IRModule, target: tvm.target.Target, _params=
     """
     if target.kind.name != "llvm":
         importlib.import_module("tvm.s_tir.tensor_intrin")
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm.tirx.build(mod, target=target, pipeline=tir_pipeline_for(target))

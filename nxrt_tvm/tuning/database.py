@@ -131,9 +131,7 @@ class TuningDatabase:
         if self.baseline is None:
             (self.directory / BASELINE_DIR).mkdir(parents=True, exist_ok=True)
             self.baseline = _json_database(self.directory / BASELINE_DIR)
-        workload = self.baseline.commit_workload(mod)
-        self.baseline.commit_tuning_record(ms.database.TuningRecord(trace, workload, run_secs, target, args_info))
-        self._anchors = None
+        self._commit(self.baseline, mod, trace, run_secs, target, args_info)
 
     def top_searched(self, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
         """The fastest valid searched record of `mod`'s own workload."""
@@ -141,9 +139,13 @@ class TuningDatabase:
 
     def commit_searched(self, mod: tvm.IRModule, trace: s_tir.Trace, run_secs, target, args_info) -> None:
         """Record a searched schedule measured again (the database keeps every measurement; the fastest counts)."""
-        workload = self.database.commit_workload(mod)
-        self.database.commit_tuning_record(ms.database.TuningRecord(trace, workload, run_secs, target, args_info))
-        self._anchors = None
+        self._commit(self.database, mod, trace, run_secs, target, args_info)
+
+    def _commit(self, database: ms.database.Database, mod: tvm.IRModule, trace: s_tir.Trace, run_secs, target,
+                args_info) -> None:
+        workload = database.commit_workload(mod)
+        database.commit_tuning_record(ms.database.TuningRecord(trace, workload, run_secs, target, args_info))
+        self._anchors = None  # rebuilt from the records on its next use
 
     def best(self, mod: tvm.IRModule) -> RecordMatch | None:
         """The record to apply to `mod` (a one-function module): its own workload's, else its anchor op's.
