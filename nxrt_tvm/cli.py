@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -43,14 +44,21 @@ def _provider_args(args: argparse.Namespace) -> tuple[list[str], list[dict]]:
     return ["TvmExecutionProvider", "CPUExecutionProvider"], [_tvm_options(args), {}]
 
 
-def _dims(args: argparse.Namespace) -> dict[str, int]:
+def _dim_sizes(args: argparse.Namespace) -> dict[str, list[int]]:
+    """--dim NAME=SIZE[,SIZE...] as {name: sizes}."""
     dims = {}
     for item in args.dim:
-        name, sep, size = item.partition("=")
-        if not sep or not size.isdigit():
-            raise InvalidProviderOptions(f"--dim takes NAME=SIZE, got {item!r}")
-        dims[name] = int(size)
+        name, sep, sizes = item.partition("=")
+        values = sizes.split(",")
+        if not sep or not name or not all(v.isdigit() for v in values):
+            raise InvalidProviderOptions(f"--dim takes NAME=SIZE (run --check: NAME=SIZE,SIZE,...), got {item!r}")
+        dims[name] = [int(v) for v in values]
     return dims
+
+
+def _dims(args: argparse.Namespace) -> dict[str, int]:
+    """The dims fixed at compile time: those given one size (several sizes keep a dim symbolic)."""
+    return {name: sizes[0] for name, sizes in _dim_sizes(args).items() if len(sizes) == 1}
 
 
 def _session_options(args: argparse.Namespace) -> SessionOptions:
@@ -69,7 +77,8 @@ def _add_model_args(p: argparse.ArgumentParser, tuning: bool = True) -> None:
                    help="'auto': 3x3 stride-1 convolutions as Winograd where they fit; 'direct': all direct "
                         "(tune with the algorithm you compile with: they make different kernels)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                   help="fix a symbolic input dim (static shapes let TVM claim and tune more)")
+                   help="fix a symbolic input dim (static shapes let TVM claim and tune more); "
+                        "run --check: NAME=SIZE,SIZE,... keeps it symbolic and checks every size")
     if tuning:
         p.add_argument("--tuning-logs", type=Path, help="folder of per-device tuning databases to apply (e.g. tuning_logs)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -131,59 +140,125 @@ def _reference(model: Path):
     return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]), threads
 
 
+def _size_sets(args: argparse.Namespace) -> list[dict[str, int]]:
+    """Every combination of the sizes given to --dim (one set where each dim has one size)."""
+    sizes = _dim_sizes(args)
+    names = list(sizes)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(sizes[n] for n in names))] or [{}]
+
+
+def _compare(got: list[np.ndarray], want: list[np.ndarray], names: list[str], rtol: float, atol: float) -> dict:
+    """Per output: the largest |difference|, the worst error relative to the output's scale, and whether it is close."""
+    diffs = {}
+    for name, g, w in zip(names, got, want):
+        if g.shape != w.shape:
+            diffs[name] = {"max_abs_diff": None, "max_rel_err": None, "ok": False,
+                           "detail": f"shape {list(g.shape)}, onnxruntime {list(w.shape)}"}
+            continue
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        err = float(np.max(np.abs(g64 - w64))) if g.size else 0.0
+        scale = float(np.max(np.abs(w64))) if w.size else 0.0
+        close = bool(np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True))
+        diffs[name] = {"max_abs_diff": err, "max_rel_err": err / scale if scale > 0 else err, "ok": close}
+    return diffs
+
+
+def _check_at(sess: InferenceSession, ref, feeds: dict, args: argparse.Namespace) -> dict:
+    """One size: both runtimes on the same feeds; an error on both sides agrees, on one side it does not."""
+    names = [o.name for o in sess.get_outputs()]
+    try:
+        want = ref.run(None, feeds)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are reported, not raised
+        want = exc
+    try:
+        got = sess.run(None, feeds)
+    except EpError as exc:
+        got = exc
+    if isinstance(want, Exception) or isinstance(got, Exception):
+        agree = isinstance(want, Exception) and isinstance(got, Exception)
+        return {"ok": agree, "nxrt_tvm_error": None if not isinstance(got, Exception) else f"{type(got).__name__}: {got}",
+                "onnxruntime_error": None if not isinstance(want, Exception) else str(want).splitlines()[0]}
+    diffs = _compare(got, want, names, args.rtol, args.atol)
+    return {"ok": all(d["ok"] for d in diffs.values()), "outputs": diffs,
+            "shapes": {name: list(g.shape) for name, g in zip(names, got)}}
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     model = _model(args)
     providers, options = _provider_args(args)
     sess = InferenceSession(model, _session_options(args), providers=providers, provider_options=options)
     if args.inputs:
         with np.load(args.inputs) as data:
-            feeds = {k: data[k] for k in data.files}
+            feed_sets = [({}, {k: data[k] for k in data.files})]
     else:
-        feeds = random_feeds(sess.graph, _dims(args), args.seed)
-    outputs = sess.run(None, feeds)
+        feed_sets = [(dims, random_feeds(sess.graph, dims, args.seed)) for dims in _size_sets(args)]
+    if not args.check and len(feed_sets) > 1:
+        raise InvalidProviderOptions("several sizes in --dim need --check (each size is checked against onnxruntime)")
     report: dict = {
         "model": str(model),
         "plan": sess.plan.to_json(sess.graph, _kernel_variants(sess)),
         "session_load_s": round(sess.load_seconds, 4),
-        "outputs": {o.name: list(v.shape) for o, v in zip(sess.get_outputs(), outputs)},
     }
     ok = True
-    if args.check:
+    if not args.check:
+        outputs = sess.run(None, feed_sets[0][1])
+        report["outputs"] = {o.name: list(v.shape) for o, v in zip(sess.get_outputs(), outputs)}
+    else:
         ref, threads = _reference(model)
-        expected = ref.run(None, feeds)
-        diffs = {}
-        for o, got, want in zip(sess.get_outputs(), outputs, expected):
-            close = np.allclose(got, want, rtol=args.rtol, atol=args.atol, equal_nan=True)
-            err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
-            diffs[o.name] = {"max_abs_diff": err, "ok": bool(close)}
-            ok &= bool(close)
-        times = interleaved_medians({"nx": lambda: sess.run(None, feeds), "ort": lambda: ref.run(None, feeds)}, args.repeat)
-        nx_s, ort_s = times["nx"], times["ort"]
-        report["check"] = {"rtol": args.rtol, "atol": args.atol, "outputs": diffs, "ok": ok}
-        report["latency_ms"] = {
-            "nxrt_tvm": round(nx_s * 1e3, 4),
-            "onnxruntime": round(ort_s * 1e3, 4),
-            "ratio": round(nx_s / ort_s, 3),
-            "threads": threads,
-            "repeat": args.repeat,
-        }
+        checks = []
+        for dims, feeds in feed_sets:
+            checks.append({"dims": dims, **_check_at(sess, ref, feeds, args)})
+        ok = all(c["ok"] for c in checks)
+        report["outputs"] = checks[-1].pop("shapes", {})
+        for check in checks:
+            check.pop("shapes", None)
+        report["check"] = {"rtol": args.rtol, "atol": args.atol, "sizes": checks, "ok": ok}
+        feeds = feed_sets[-1][1]
+        if "outputs" in checks[-1]:
+            times = interleaved_medians({"nx": lambda: sess.run(None, feeds), "ort": lambda: ref.run(None, feeds)}, args.repeat)
+            nx_s, ort_s = times["nx"], times["ort"]
+            report["latency_ms"] = {
+                "nxrt_tvm": round(nx_s * 1e3, 4),
+                "onnxruntime": round(ort_s * 1e3, 4),
+                "ratio": round(nx_s / ort_s, 3),
+                "threads": threads,
+                "repeat": args.repeat,
+                "dims": feed_sets[-1][0],
+            }
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"model: {model}")
-        print(sess.plan.format(sess.graph, _kernel_variants(sess)))
-        print(f"session ready in {sess.load_seconds:.3f} s (partition + compile)")
-        for name, shape in report["outputs"].items():
-            print(f"output {name}: shape {shape}")
-        if args.check:
-            for name, d in report["check"]["outputs"].items():
-                print(f"check {name}: max |diff| {d['max_abs_diff']:.3g} -> {'ok' if d['ok'] else 'MISMATCH'} (rtol {args.rtol}, atol {args.atol})")
-            lat = report["latency_ms"]
-            print(
-                f"latency (median of {lat['repeat']}, {lat['threads']} threads): nxrt-tvm {lat['nxrt_tvm']:.3f} ms, "
-                f"onnxruntime {lat['onnxruntime']:.3f} ms, ratio {lat['ratio']:.2f}x"
-            )
+        _print_run(sess, report, args)
     return 0 if ok else 1
+
+
+def _print_run(sess: InferenceSession, report: dict, args: argparse.Namespace) -> None:
+    print(f"model: {report['model']}")
+    print(sess.plan.format(sess.graph, _kernel_variants(sess)))
+    print(f"session ready in {sess.load_seconds:.3f} s (partition + compile)")
+    for name, shape in report.get("outputs", {}).items():
+        print(f"output {name}: shape {shape}")
+    if not args.check:
+        return
+    for check in report["check"]["sizes"]:
+        at = " ".join(f"{k}={v}" for k, v in check["dims"].items()) or "the given sizes"
+        if "outputs" not in check:
+            verdict = "ok: both raised" if check["ok"] else "MISMATCH"
+            print(f"check at {at}: {verdict}: nxrt-tvm {check['nxrt_tvm_error'] or 'ran'}; "
+                  f"onnxruntime {check['onnxruntime_error'] or 'ran'}")
+            continue
+        for name, d in check["outputs"].items():
+            if d["max_abs_diff"] is None:
+                print(f"check at {at}, {name}: MISMATCH: {d['detail']}")
+                continue
+            print(f"check at {at}, {name}: worst relative error {d['max_rel_err']:.3g} (max |diff| {d['max_abs_diff']:.3g}) "
+                  f"-> {'ok' if d['ok'] else 'MISMATCH'} (rtol {args.rtol}, atol {args.atol})")
+    if "latency_ms" in report:
+        lat = report["latency_ms"]
+        print(
+            f"latency (median of {lat['repeat']}, {lat['threads']} threads): nxrt-tvm {lat['nxrt_tvm']:.3f} ms, "
+            f"onnxruntime {lat['onnxruntime']:.3f} ms, ratio {lat['ratio']:.2f}x"
+        )
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:

@@ -45,6 +45,40 @@ def test_run_check_default_model(capsys):
     assert "-> ok" in out and "ratio" in out
 
 
+def test_run_check_at_several_sizes_reports_the_worst_relative_error(capsys, tmp_path):
+    """NAME=S1,S2 keeps the dim symbolic: one compiled session, checked against onnxruntime at each size."""
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model_zoo.mlp(), path)
+    assert main(["run", str(path), "--check", "--dim", "N=1,7,64", "--repeat", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    sizes = report["check"]["sizes"]
+    assert [s["dims"] for s in sizes] == [{"N": 1}, {"N": 7}, {"N": 64}]
+    for size in sizes:
+        (probs,) = size["outputs"].values()
+        assert size["ok"] and 0 <= probs["max_rel_err"] <= 1e-3 and probs["max_abs_diff"] >= 0
+    assert report["outputs"]["probs"] == [64, 10]
+    assert main(["run", str(path), "--check", "--dim", "N=2,3", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "check at N=2, probs: worst relative error" in out and "check at N=3" in out
+
+
+def test_run_check_agrees_when_both_runtimes_refuse_a_size(capsys):
+    """torch_encoder at batch 0: onnxruntime refuses it (a Reshape of the empty batch), and so does nxrt-tvm."""
+    from parity import DATA
+
+    assert main(["run", str(DATA / "torch_encoder.onnx"), "--check", "--dim", "batch=0,2", "--repeat", "2", "--json"]) == 0
+    first, second = json.loads(capsys.readouterr().out)["check"]["sizes"]
+    assert first["ok"] and first["nxrt_tvm_error"] and first["onnxruntime_error"]
+    assert second["ok"] and "outputs" in second
+
+
+def test_several_sizes_need_check(capsys, tmp_path):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model_zoo.mlp(), path)
+    assert main(["run", str(path), "--dim", "N=1,2"]) == 2
+    assert "--check" in capsys.readouterr().err
+
+
 def test_bad_model_is_an_error_not_a_traceback(capsys, tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a model")

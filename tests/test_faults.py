@@ -23,6 +23,9 @@ Each row is a test here, or the named test elsewhere (not repeated):
 | TVM crashes (SIGSEGV / SIGABRT) while compiling a partition | the process lives: the node is declined with the signal, the rest compiles | test_compiler_crash_is_a_decline_not_a_dead_process |
 | 8 threads x 100 runs on one session (TVM + fallback) | identical results                        | test_threads_share_one_session |
 | Gather/GatherND/GatherElements/ScatterND/ScatterElements index out of range, fed at run time | typed error, process survives | test_out_of_range_indices_fed_at_run_time_raise (subprocess) |
+| the same, in a TVM kernel (index guard), and indices computed from shapes past a table | IndexOutOfBounds naming node, indices and the bad index | tests/test_frontend.py::test_run_time_indices_are_guarded, test_indices_computed_from_shapes_are_bounds_checked |
+| a Slice whose run-time end passes the data (a position table, a too-long sequence) | clamped as onnxruntime does | tests/test_frontend.py::test_slice_with_a_symbolic_end_past_the_data_is_clamped |
+| exports fed too-long (65, 128, 4096), zero-size (batch 0, seq 0) and ordinary sizes (1..512) | onnxruntime's numbers, or a typed error where it refuses; never a signal | tests/test_exports.py (subprocess per export) |
 """
 from __future__ import annotations
 

@@ -22,7 +22,19 @@ and ``attention_mask`` (int64 [batch, seq], both dims dynamic); outputs
 ``last_hidden_state`` [batch, seq, 64] and ``pooler_output`` [batch, 64].
 Skip it with --no-bert.
 
+And a tiny random-init T5 encoder (T5Config: vocab 256, d_model 32, d_kv 8, 4 heads,
+d_ff 64, 1 block, gated GELU, relative attention with 32 buckets and max distance 128)
+to tests/data/tiny_t5_int8.onnx: exported at dynamic batch and sequence, then quantised
+with onnxruntime.quantization.quantize_dynamic (QInt8 weights, reduce_range=True:
+DynamicQuantizeLinear, MatMulInteger, DequantizeLinear). Its relative-position bucket
+is `int(log(rel / 8) / log(16) * 8)` for distances past 8, a Log whose result is cast
+to an integer. reduce_range keeps the weights to 7 bits: on CPUs without AVX-512 VNNI
+onnxruntime's u8s8 MatMulInteger sums pairs of products in saturating int16
+(vpmaddubsw) and differs from the ONNX definition (and from nxrt-tvm) for full-range
+weights; with 7-bit weights no pair saturates, so onnxruntime is an exact reference.
+
 Usage: python tools/export_torch_model.py [--out-dir tests/data] [--dynamo] [--no-bert]
+(--no-bert skips both transformers exports)
 """
 
 from __future__ import annotations
@@ -168,6 +180,41 @@ def export_tiny_bert(out_dir: pathlib.Path) -> pathlib.Path | None:
     return onnx_path
 
 
+def export_tiny_t5(out_dir: pathlib.Path) -> pathlib.Path | None:
+    """Export the tiny int8 T5 encoder; returns None when transformers is missing."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        from transformers import T5Config, T5EncoderModel
+    except ImportError:
+        print("transformers not installed: skipping tiny_t5_int8.onnx")
+        return None
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    float_path, onnx_path = out_dir / "tiny_t5.float.onnx", out_dir / "tiny_t5_int8.onnx"
+    torch.manual_seed(SEED)
+    cfg = T5Config(vocab_size=256, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+                   relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                   feed_forward_proj="gated-gelu", dropout_rate=0.0)
+    model = T5EncoderModel(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(SEED))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, (ids, torch.ones_like(ids)), str(float_path),
+            input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
+            opset_version=OPSET, dynamo=False,
+            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+                          "last_hidden_state": {0: "batch", 1: "seq"}})
+        quantize_dynamic(str(float_path), str(onnx_path), weight_type=QuantType.QInt8, reduce_range=True)
+    float_path.unlink()
+    m = onnx.load(str(onnx_path))
+    onnx.checker.check_model(m, full_check=True)
+    print(f"wrote {onnx_path} ({onnx_path.stat().st_size} bytes, {len(m.graph.node)} nodes, "
+          f"ops={sorted({n.op_type for n in m.graph.node})})")
+    return onnx_path
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", default=str(ROOT / "tests" / "data"))
@@ -177,6 +224,7 @@ def main(argv=None) -> int:
     export(pathlib.Path(args.out_dir), dynamo=args.dynamo)
     if not args.no_bert:
         export_tiny_bert(pathlib.Path(args.out_dir))
+        export_tiny_t5(pathlib.Path(args.out_dir))
     return 0
 
 

@@ -24,6 +24,11 @@ Two sections, two costs:
   a regression in a pass that every build runs (one declined 1,569 nodes across
   op types) fails there instead of waiting for the slow rebuild.
 
+Both are made for one reference CPU, `REFERENCE_TARGET` (Zen 4: AVX-512, the machines this
+project runs on), whatever the host: some rules depend on the target's ISA (Tile is declined
+under AVX-512), so a profile of the host would change from one machine to the next. Builds
+for it run on any x86-64 host (nothing built here is executed).
+
     python tools/support_profile.py                 # both sections -> docs/support_profile.json
     python tools/support_profile.py --checks-only   # recompute checks, keep the stored claims
     python tools/support_profile.py --sample-only   # recompute checks and the claims sample, keep the full claims
@@ -162,10 +167,14 @@ def summarise(per_case: dict[str, dict]) -> dict:
     }
 
 
+#: the target the profile describes (see the module doc)
+REFERENCE_TARGET = {"kind": "llvm", "mcpu": "znver4"}
+
+
 def compute_checks() -> dict:
     from nxrt_tvm.providers.tvm import TvmExecutionProvider
 
-    ep = TvmExecutionProvider()
+    ep = TvmExecutionProvider(target=REFERENCE_TARGET)
     return summarise({case.name: case_checks(case, ep) for case in node_cases()})
 
 
@@ -180,7 +189,7 @@ def _claims_worker(names: list[str], conn) -> None:
         name = conn.recv()
         if name is None:
             return
-        ep = TvmExecutionProvider()  # fresh: the EP keeps the modules it built
+        ep = TvmExecutionProvider(target=REFERENCE_TARGET)  # fresh: the EP keeps the modules it built
         conn.send((name, case_claims(cases[name], ep)))
 
 
@@ -269,7 +278,8 @@ def build_profile(checks: dict, claims: dict | None, sample: dict | None) -> dic
         "about": "TVM EP claims over onnx's backend node cases; regenerate with `python tools/support_profile.py`",
         "versions": versions(),
         "checks_method": "TvmExecutionProvider.check_node per node (capability checks and op rules, no build)",
-        "claims_method": "TvmExecutionProvider().claim(graph) per case (checks, grouping, and a TVM build of every partition)",
+        "claims_method": "TvmExecutionProvider(target=REFERENCE_TARGET).claim(graph) per case (checks, grouping, and "
+                         f"a TVM build of every partition), REFERENCE_TARGET = {json.dumps(REFERENCE_TARGET)}",
         "claims": claims,
         "claims_sample": sample,
         "checks": checks,

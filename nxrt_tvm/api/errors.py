@@ -11,6 +11,7 @@ __all__ = [
     "EpError",
     "NoEpForOp",
     "KernelFailed",
+    "IndexOutOfBounds",
     "EpPanicked",
     "EpLoadFailed",
     "InvalidTensorView",
@@ -52,6 +53,17 @@ class NoEpForOp(EpError):
 
 class KernelFailed(EpError):
     """A compiled kernel failed while computing."""
+
+
+class IndexOutOfBounds(KernelFailed, IndexError):
+    """An index read from a tensor at run time (a Gather's indices, ...) is outside the dim it indexes.
+
+    Raised before any out-of-range read or write; `node` names the ONNX node whose index it was.
+    """
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
 
 
 class EpPanicked(EpError):

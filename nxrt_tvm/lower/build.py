@@ -3,21 +3,19 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import io
 import logging
 import os
 import sys
 import tempfile
-import warnings
 from collections.abc import Iterator
 from collections.abc import Callable, Sequence
 
 import onnx
 import tvm
 from tvm import relax
-from tvm.relax.frontend.onnx import from_onnx
 
 from ..api.errors import CompileFailed
+from ..frontend import import_onnx
 from ..graph.extract import extract_model
 from ..graph.model import GraphView, ValueInfo
 from ..api.kernel import KernelVariant
@@ -27,7 +25,6 @@ from .tir_pipeline import tir_pipeline_for
 __all__ = [
     "partition_model",
     "weight_names",
-    "import_onnx",
     "locate_failure",
     "build_executable",
     "compile_partition",
@@ -102,19 +99,6 @@ def partition_model(
             dims = tuple(d if d is not None else f"{name}_{len(named)}_d{k}" for k, d in enumerate(info.shape))
             named[value] = ValueInfo(value, info.elem_type, dims)
     return extract_model(graph, nodes, inputs, outputs, name, input_infos=named, exclude_initializers=weights)
-
-
-def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
-    """Import a standalone partition model; weights become constants so the build can fold them."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    # The frontend prints on failure and warns on every renamed input: keep both out of the user's output.
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return from_onnx(model, opset=opset, keep_params_in_input=False)
-        except Exception as exc:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CompileFailed(f"the Relax ONNX frontend rejected partition {model.graph.name!r}: {message}") from exc
 
 
 def locate_failure(nodes: Sequence[int], attempt: Callable[[list[int]], object]) -> tuple[int, str]:

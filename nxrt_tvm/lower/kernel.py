@@ -9,9 +9,10 @@ import tvm
 from tvm import relax
 
 from ..api.device import DeviceId, DeviceType
-from ..api.errors import EpLoadFailed, InvalidTensorView, KernelFailed
+from ..api.errors import EpLoadFailed, IndexOutOfBounds, InvalidTensorView, KernelFailed
 from ..api.kernel import Kernel, KernelVariant
 from ..api.tensor import ALIGNMENT, TensorView, aligned_empty
+from ..frontend import GuardFailure, parse_guard_failure
 from ..graph.model import ValueInfo
 from .target import tvm_device
 
@@ -128,11 +129,30 @@ class TvmKernel(Kernel):
         try:
             result = main(*args, *self._weights)
         except Exception as exc:
+            guard = parse_guard_failure(str(exc))
+            if guard is not None:
+                raise IndexOutOfBounds(
+                    f"TVM kernel {self.name}: {guard.text}{self._bad_index(guard, inputs)}; fix the input "
+                    "(onnxruntime refuses it too)", guard.node,
+                ) from None
             raise KernelFailed(f"TVM kernel {self.name} failed: {exc}") from exc
         outputs = [result] if len(self.output_names) == 1 else list(result)
         if len(outputs) != len(self.output_names):
             raise KernelFailed(f"kernel {self.name} returned {len(outputs)} outputs, expected {len(self.output_names)}")
         return [_as_view(_unaliased(value, used), want) for value, want in zip(outputs, self._output_dtypes)]
+
+
+    def _bad_index(self, guard: GuardFailure, inputs: Sequence[TensorView]) -> str:
+        """The first out-of-range index, where the indices are this kernel's input and index one dim of known size."""
+        if guard.indices not in self.input_names or len(guard.extents) != 1 or guard.extents[0] is None:
+            return ""
+        n = guard.extents[0]
+        values = inputs[self.input_names.index(guard.indices)].numpy()
+        bad = np.argwhere((values < -n) | (values >= n))
+        if not len(bad):
+            return ""
+        where = tuple(int(i) for i in bad[0])
+        return f" (index {int(values[where])} at position {where}, inclusive range [{-n}, {n - 1}])"
 
 
 def _as_view(value: object, want: np.dtype | None) -> TensorView:

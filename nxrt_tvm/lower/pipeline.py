@@ -13,8 +13,11 @@ repacking is moved out of the kernel and folded at compile time.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import tvm
 from tvm import relax, s_tir
@@ -27,7 +30,7 @@ from . import schedules
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
 
-__all__ = ["RECORD_UNFIT", "RULE_KEPT", "Lowering", "fusion_passes", "layout_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
+__all__ = ["codegen_digest", "RECORD_UNFIT", "RULE_KEPT", "Lowering", "fusion_passes", "layout_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,23 @@ class Lowering:
             self.database.digest if self.database is not None else "",
             self.conv_algorithm,
         ])
+
+
+#: the source that decides what code a partition compiles to: the frontend's converters and all of `lower/`
+_CODEGEN_SOURCES = (Path(__file__).parents[1] / "frontend.py", Path(__file__).parent)
+
+
+@functools.cache
+def codegen_digest() -> str:
+    """sha256 of the nxrt-tvm source that generates kernels (converters, passes, schedule rules, pipelines).
+
+    Part of compile-cache keys: a changed rule or pass rebuilds instead of serving kernels the old code made.
+    """
+    h = hashlib.sha256()
+    for root in _CODEGEN_SOURCES:
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            h.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def _backend(target: tvm.target.Target):

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..api.claim import Rejected, require
 from ..api.registry import OpKey, OpRegistry
+from ..frontend import convert_map
 from .node_context import NodeContext
 
 __all__ = ["TVM_OP_RULES", "OpRule", "rule", "IMPORT_TIME_INPUTS"]
@@ -278,9 +279,4 @@ def register_shape_input_check(op_types: Iterable[str]) -> None:
 
 from . import tvm_rules_nn, tvm_rules_shape  # noqa: E402,F401  (registers the rules)
 
-try:  # every other op the frontend converts gets the Shape-input check
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
-    register_shape_input_check(_get_convert_map())
-except ImportError:  # pragma: no cover - TVM is a dependency of the EP
-    pass
+register_shape_input_check(convert_map())  # every other op the frontend converts gets the Shape-input check

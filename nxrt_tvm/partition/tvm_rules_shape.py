@@ -266,23 +266,24 @@ def _tile(ctx: NodeContext) -> None:
 
 # -- indices read from tensor data ----------------------------------------------------------
 
-# Without: TVM's take / gather / gather_nd / scatter kernels do not bounds-check their indices
-# (relax.op.take's default mode is "fast": "extra indices lead to seg fault"), while ONNX requires
-# an error. Measured on TVM 0.27 with indices fed at run time to a (4, 3) tensor: index 4 or 1000
-# reads garbage; index 2**40 kills the process with SIGSEGV (Gather, GatherElements, GatherND,
-# ScatterElements, ScatterND); a Scatter* index of 7 writes outside the output buffer. So indices
-# must be constants proven in range here, or computed from tensor shapes (in range by
-# construction); indices read from tensor data run on the fallback, which checks them.
+# TVM's take / gather / gather_nd / scatter kernels do not bounds-check their indices (relax.op.take's
+# default mode is "fast"), while ONNX requires an error. Measured on TVM 0.27 with indices fed at run
+# time to a (4, 3) tensor: index 4 or 1000 reads garbage; index 2**40 kills the process with SIGSEGV
+# (Gather, GatherElements, GatherND, ScatterElements, ScatterND); a Scatter* index of 7 writes outside
+# the output buffer. So constant indices must be proven in range here, and the ops whose converters
+# guard their indices (`nxrt_tvm.frontend`: a kernel that raises IndexOutOfBounds naming the node) take
+# indices computed from tensor shapes, which are not in range by construction either (a position
+# table sliced by a too-long sequence). The guard needs the data's rank and, for the ND ops, a static
+# last dim of the indices. Indices read from tensor data stay on the fallback for now: claiming them
+# is safe with the guard, but today it adds failing builds (the partitions around an embedding
+# Gather do not build with symbolic shapes) without joining any partitions.
 _INDEX_WHAT = "indices"
 
 
-def _index_remediation() -> str:
-    return (f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim) "
-            "to let TVM take it")
-
-
-def require_bounded_indices(ctx: NodeContext, i: int, extents, *, allow_negative: bool = True, what: str = _INDEX_WHAT) -> None:
-    """Input `i` holds indices: a constant whose every value is in range, or a shape-derived value.
+def require_bounded_indices(ctx: NodeContext, i: int, extents, *, allow_negative: bool = True, what: str = _INDEX_WHAT,
+                            guarded: bool = False, nd: bool = False) -> None:
+    """Input `i` holds indices: a constant whose every value is in range, or (`guarded` ops) a value the
+    index guard checks at run time.
 
     `extents(value)` gives, for a constant index array, pairs (index values, extent of the
     dim they index) where the extent is an int or a symbolic/unknown dim.
@@ -291,14 +292,31 @@ def require_bounded_indices(ctx: NodeContext, i: int, extents, *, allow_negative
         return
     name = ctx.node.input[i]
     value = ctx.const(i)
+    if value is None and not guarded:
+        deny(
+            Rejected.INPUT,
+            f"{what} (input {i}, {name!r}) are computed at run time, and TVM does not bounds-check them for "
+            f"{ctx.node.op_type}: an out-of-range index reads or writes outside the tensor and can crash the process",
+            accepts=f"constant {what} within the data's bounds",
+            remediation=f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim)",
+        )
     if value is None:
         require(
             is_shape_derived(ctx, i),
             Rejected.INPUT,
-            f"{what} (input {i}, {name!r}) are read from tensor data at run time, and TVM does not "
-            "bounds-check them: an out-of-range index reads or writes outside the tensor and can crash the process",
+            f"{what} (input {i}, {name!r}) are read from tensor data at run time; the TVM EP takes run-time "
+            f"{what} only where they are computed from tensor shapes (and bounds-checks them)",
             accepts=f"constant {what} within the data's bounds, or {what} computed from tensor shapes",
-            remediation=_index_remediation(),
+            remediation=f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim)",
+        )
+        data, indices = ctx.inputs[0].shape if ctx.inputs[0] is not None else None, ctx.inputs[i].shape
+        require(
+            data is not None and (not nd or (bool(indices) and isinstance(indices[-1], int))),
+            Rejected.SHAPE,
+            f"{what} (input {i}, {name!r}) are read at run time and must be checked there, but the data's rank"
+            + (" or the indices' last dim is unknown" if nd else " is unknown"),
+            accepts=f"run-time {what} into data of known rank" + (" with a static last dim" if nd else ""),
+            remediation=f"{FALLBACK}, which bounds-checks indices; run shape inference on the model (onnx.shape_inference)",
         )
         return
     for values, extent in extents(value):
@@ -349,7 +367,7 @@ def _nd(ctx: NodeContext, batch_dims: int = 0):
 
 
 def _indices_along_axis(ctx: NodeContext) -> None:
-    require_bounded_indices(ctx, 1, _along_axis(ctx))
+    require_bounded_indices(ctx, 1, _along_axis(ctx), guarded=True)
 
 
 for _op in ("Gather", "GatherElements", "ScatterElements", "Scatter"):
@@ -358,9 +376,9 @@ for _op in ("Gather", "GatherElements", "ScatterElements", "Scatter"):
 
 @rule("GatherND")
 def _gather_nd(ctx: NodeContext) -> None:
-    require_bounded_indices(ctx, 1, _nd(ctx, int(ctx.attr("batch_dims", 0))))
+    require_bounded_indices(ctx, 1, _nd(ctx, int(ctx.attr("batch_dims", 0))), guarded=True, nd=True)
 
 
 @rule("ScatterND")
 def _scatter_nd(ctx: NodeContext) -> None:
-    require_bounded_indices(ctx, 1, _nd(ctx))
+    require_bounded_indices(ctx, 1, _nd(ctx), guarded=True, nd=True)

@@ -12,13 +12,13 @@ import onnx
 import tvm
 from onnx import numpy_helper
 from tqdm import tqdm
-from tvm.relax.frontend.onnx import onnx_frontend
 
 from ..api.claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, SubgraphClaim, deny, require
 from ..api.device import DeviceType, EpId
 from ..api.errors import CompileDisabled, CompileFailed, EpLoadFailed, InvalidProviderOptions, UnsupportedContext
 from ..api.kernel import Kernel, KernelVariant
 from ..api.tensor import aligned_empty
+from .. import frontend
 from ..epcontext.compat import check_loadable, hardware_of
 from ..epcontext.cache import CompileCache, cache_key
 from ..epcontext.record import FORMAT_VERSION, EpContext, TensorSignature, sha256_hex
@@ -28,7 +28,7 @@ from ..graph.model import GraphView
 from ..lower.build import compile_partition, locate_failure, partition_model, weight_names
 from ..lower.isolate import fork_available, run_isolated
 from ..lower.measure import measure_partition, ort_run_floor_us
-from ..lower.pipeline import Lowering
+from ..lower.pipeline import Lowering, codegen_digest
 from ..lower.schedules import CONV_ALGORITHMS
 from ..tuning.database import open_database
 from ..lower.kernel import TvmKernel
@@ -49,15 +49,10 @@ SUPPORTED_ELEM_TYPES = frozenset({
 })
 _SUPPORTED_NAMES = ", ".join(sorted(T.DataType.Name(t).lower() for t in SUPPORTED_ELEM_TYPES))
 
-_CONVERTERS = onnx_frontend._get_convert_map()
+_CONVERTERS = frontend.convert_map()
 
 #: claim_policy="cost": how much faster than the fallback a partition must measure on TVM (timing noise).
 COST_MARGIN = 0.05
-
-
-def _min_opset(op_type: str) -> int:
-    converter = _CONVERTERS[op_type]
-    return min(int(n[len("_impl_v"):]) for n in dir(converter) if n.startswith("_impl_v"))
 
 
 class TvmExecutionProvider(ExecutionProvider):
@@ -175,7 +170,7 @@ class TvmExecutionProvider(ExecutionProvider):
             accepts=f"the {len(_CONVERTERS)} ops of tvm.relax.frontend.onnx (see `nxrt-tvm plan --json`)",
             remediation="runs on the fallback EP; rewrite it into supported ops to let TVM fuse across it",
         )
-        lowest = _min_opset(op)
+        lowest = frontend.min_opset(op)
         require(
             ctx.opset >= lowest,
             Rejected.OPSET,
@@ -417,7 +412,7 @@ class TvmExecutionProvider(ExecutionProvider):
         return kernel
 
     def _cache_key(self, graph: GraphView, group: tuple[int, ...], name: str) -> str:
-        """Everything that shapes the compiled code: partition graph and weights, target, TVM, passes."""
+        """Everything that shapes the compiled code: partition graph and weights, target, TVM, passes, our code."""
         model = partition_model(graph, group, name)
         return cache_key(
             model.SerializeToString(deterministic=True),
@@ -425,6 +420,7 @@ class TvmExecutionProvider(ExecutionProvider):
             tvm.__version__,
             f"nxrt-tvm/{FORMAT_VERSION}",
             self.lowering.digest(),
+            codegen_digest(),
         )
 
     def _bound_weight(self, name: str, initializers: Mapping[str, onnx.TensorProto]) -> tvm.runtime.Tensor:

@@ -14,7 +14,8 @@ from tvm.s_tir.analysis import estimate_tir_flops
 
 from ..api.claim import SubgraphClaim
 from ..graph.model import GraphView
-from ..lower.build import import_onnx, partition_model
+from ..frontend import import_onnx
+from ..lower.build import partition_model
 from ..lower.pipeline import Lowering, fusion_passes
 
 __all__ = ["TuningTask", "extract_tasks", "fuse", "has_reduction"]

@@ -41,6 +41,27 @@ def test_key_changes_with_weights_and_target(tmp_path):
     assert _stats(other_target)["cache_hits"] == 0
 
 
+def test_a_change_to_the_kernel_generating_code_rebuilds(tmp_path, monkeypatch):
+    """The key holds a digest of the converters, passes and rules: a cache written by older code is not served."""
+    from nxrt_tvm.lower import pipeline
+    from nxrt_tvm.providers import tvm as tvm_ep
+
+    _session(model_zoo.cnn(seed=0), tmp_path)
+    assert _stats(_session(model_zoo.cnn(seed=0), tmp_path))["cache_hits"] > 0
+    monkeypatch.setattr(tvm_ep, "codegen_digest", lambda: "another rule set")
+    assert _stats(_session(model_zoo.cnn(seed=0), tmp_path))["cache_hits"] == 0
+    assert len(pipeline.codegen_digest()) == 64 and pipeline.codegen_digest() == pipeline.codegen_digest()
+
+
+def test_codegen_digest_covers_the_frontend_and_every_lowering_module():
+    from nxrt_tvm.lower import pipeline
+
+    frontend, lower = pipeline._CODEGEN_SOURCES
+    assert frontend.name == "frontend.py" and frontend.is_file()
+    assert {"pipeline.py", "precision.py", "winograd.py"} <= {p.name for p in lower.rglob("*.py")}
+    assert {"base.py", "conv.py", "matmul.py"} <= {p.name for p in (lower / "schedules").glob("*.py")}
+
+
 def test_corrupt_entry_is_dropped_and_rebuilt(tmp_path):
     model = model_zoo.cnn()
     _session(model, tmp_path)

@@ -12,7 +12,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 import nxrt_tvm as nx
-from nxrt_tvm.lower.build import import_onnx
+from nxrt_tvm.frontend import import_onnx
 from nxrt_tvm.lower.fold_batchnorm import FoldBatchNormIntoConv
 
 RNG = np.random.default_rng(0)

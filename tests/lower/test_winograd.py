@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nxrt_tvm as nx
 from nxrt_tvm.api.errors import InvalidProviderOptions
 from nxrt_tvm.lower import pipeline
-from nxrt_tvm.lower.build import import_onnx
+from nxrt_tvm.frontend import import_onnx
 from nxrt_tvm.lower.schedules import RULE_ATTR
 from nxrt_tvm.lower.target import make_target
 from nxrt_tvm.lower.winograd import _matrices, transform_weight, winograd_tile

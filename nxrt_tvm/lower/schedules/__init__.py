@@ -16,7 +16,7 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
 
 ``cpu_schedule_passes(target)`` is the schedule phase (after FuseTIR);
 ``pre_legalize_passes(target)`` runs before legalisation (BatchNorm folded into convolutions,
-fast exp/erf/tanh, NHWC convolutions).
+fast exp/erf/tanh where the precision policy allows, NHWC convolutions).
 Replace or extend either list through `lowering_passes(..., schedule_passes=...)`.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ import tvm
 from tvm import relax
 
 from ..fold_batchnorm import FoldBatchNormIntoConv
+from ..precision import PreciseFastMath
 from ..winograd import WinogradConv2D
 from .base import RULE_ATTR, ApplySchedules, CpuRule, schedule_with_rules
 from .conv import Conv
@@ -69,13 +70,14 @@ CONV_ALGORITHMS = ("auto", "direct")
 
 def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto") -> list[tvm.transform.Pass]:
     """Relax passes before legalisation: inference BatchNormalization folded into the conv before it;
-    exp/erf/tanh as vectorisable polynomials, not libm calls; 2-D convolutions in NHWC (`CONV_LAYOUT`;
+    exp/erf/tanh as vectorisable polynomials, not libm calls, where the precision policy allows
+    (`nxrt_tvm.lower.precision`); 2-D convolutions in NHWC (`CONV_LAYOUT`;
     transposes between them cancel, weights transpose at compile time); with ``conv_algorithm="auto"``,
     3x3 stride-1 convolutions on large maps as Winograd F(4x4, 3x3) (`nxrt_tvm.lower.winograd`)."""
     if target.kind.name != "llvm":
         return []
     winograd = [WinogradConv2D] if conv_algorithm == "auto" else []
-    return [FoldBatchNormIntoConv(), relax.transform.FastMathTransform(), convert_conv_layout(), *winograd]
+    return [FoldBatchNormIntoConv(), PreciseFastMath(), convert_conv_layout(), *winograd]
 
 
 def _has_conv(mod: tvm.IRModule) -> bool:

@@ -1,0 +1,269 @@
+"""ONNX -> Relax: the one module that touches TVM's private ONNX frontend API.
+
+TVM's importer looks its converters up in `onnx_frontend._get_convert_map()`
+(one class per op, `_impl_vN` per opset). Ours replace TVM's where TVM's are
+unsafe on shapes that only the user's input decides:
+
+- `Slice` with bounds that are symbolic (computed from input shapes): TVM
+  builds it with `assume_inbound=True`, so an end past the data is not
+  clamped as ONNX requires; a position table sliced to a too-long sequence
+  read past its end (garbage values, then a SIGSEGV in the gather after it).
+- `Gather`, `GatherElements`, `GatherND`, `Scatter`, `ScatterElements`,
+  `ScatterND` with indices that are not constants: TVM's kernels never check
+  an index (`take`'s mode is "fast"). Every such index first goes through an
+  index guard kernel, which checks it against the dim it indexes (ONNX
+  allows [-n, n)), makes it non-negative, and otherwise fails the call with a
+  message naming the node (`IndexOutOfBounds` in the kernel).
+- `BitShift` by an amount outside [0, bits) (run-time amounts): undefined in
+  LLVM, garbage on AVX2; ours gives ONNX's 0 or sign fill.
+
+The overrides are installed only while `import_onnx` runs (under a lock), so
+other users of TVM's frontend in the process see TVM's own converters.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import onnx
+import tvm
+from tvm import relax, tirx
+from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
+
+from .api.errors import CompileFailed
+
+__all__ = ["GUARD_MARKER", "GuardFailure", "convert_map", "min_opset", "import_onnx", "parse_guard_failure"]
+
+#: Prefix of the message an index guard fails with; `parse_guard_failure` reads it back.
+GUARD_MARKER = "nxrt-index-guard"
+
+
+# -- the index guard ------------------------------------------------------------------------
+
+
+_GUARD_SOURCE = """
+@T.prim_func(private=True, s_tir=True)
+def guard(a: T.handle, e: T.handle, b: T.handle):
+    T.func_attr({{"tirx.noalias": True, "op_pattern": 8, "tirx.is_scheduled": True, "nxrt.schedule_rule": "IndexGuard"}})
+    m = T.int64()
+    k = T.int64()
+    A = T.match_buffer(a, (m, k), "{dtype}")
+    E = T.match_buffer(e, (k,), "{dtype}")
+    B = T.match_buffer(b, (m, k), "{dtype}")
+    for i, j in T.grid(m, k):
+        with T.sblock("index_guard"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            assert A[vi, vj] >= T.{dtype}(0) - E[vj] and A[vi, vj] < E[vj], {message!r}
+            B[vi, vj] = T.if_then_else(A[vi, vj] < T.{dtype}(0), A[vi, vj] + E[vj], A[vi, vj])
+"""
+
+
+def _guard_func(dtype: str, message: str) -> tirx.PrimFunc:
+    """indices [m, k] and the extents [k] of the dims they index -> the indices made non-negative.
+
+    Opaque to fusion (op_pattern 8: its assert stays in a kernel of its own) and scheduled as
+    written, a serial loop over the index values (a few per token or row).
+    """
+    return tvm.script.from_source(_GUARD_SOURCE.format(dtype=dtype, message=message))
+
+
+def _dims(expr: relax.Expr) -> list | None:
+    shape = getattr(expr.ty, "shape", None)
+    return None if shape is None else list(shape)
+
+
+def _shown(dims: list) -> str:
+    return "[" + ", ".join(str(int(d)) if isinstance(d, tirx.IntImm) else str(d) for d in dims) + "]"
+
+
+def _guard(bb: relax.BlockBuilder, indices: relax.Expr, extents: list, node: tuple[str, str]) -> relax.Expr:
+    """`indices` (last axis of length len(extents) when several dims are indexed) checked and made non-negative."""
+    dtype = indices.ty.dtype.dtype
+    shape = _dims(indices)
+    k = len(extents)
+    flat = bb.normalize(relax.op.reshape(indices, (-1, k)))
+    bounds = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([tirx.Cast("int64", d) for d in extents])))
+    if dtype != "int64":
+        bounds = bb.normalize(relax.op.astype(bounds, dtype))
+    op, name = node
+    index_input = _NODE_INPUTS.get(name, ["", "?"])[1]
+    message = f"{GUARD_MARKER}: {op} node {name!r}: an index in {index_input!r} is outside [-n, n) of the data dims n = {_shown(extents)}"
+    gv = bb.add_func(_guard_func(dtype, message), "nxrt_index_guard")
+    checked = bb.normalize(relax.call_tir(gv, (flat, bounds), relax.TensorType(_dims(flat), dtype)))
+    target = relax.ShapeExpr(shape) if shape is not None else relax.op.shape_of(indices)
+    return bb.normalize(relax.op.reshape(checked, target))
+
+
+def _needs_guard(indices: relax.Expr) -> bool:
+    return not isinstance(indices, tvm.ir.GenericConst | relax.ShapeExpr) and not indices.ty.dtype.dtype.startswith("uint")
+
+
+def _node(op: str, attr: dict) -> tuple[str, str]:
+    """(op, node name) of the node being converted; names are kept to characters a message can quote."""
+    return op, _quotable(attr.get("tvm_custom", {}).get("name") or "?")
+
+
+def _quotable(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_./:-]", "_", name)
+
+
+def _describe(op: str, attr: dict) -> str:
+    return "{} node {!r}".format(*_node(op, attr))
+
+
+def _guarded_along_axis(base: type, op: str) -> type:
+    """`base`'s converter with input 1 (indices into data's `axis`) guarded when it is not a constant."""
+
+    def convert(impl):
+        @classmethod
+        def _impl(cls, bb, inputs, attr, params):
+            data, indices = inputs[0], inputs[1]
+            dims = [tirx.IntImm("int64", len(data.values))] if isinstance(data, relax.ShapeExpr) else _dims(data)
+            if _needs_guard(indices):
+                if not dims:
+                    raise ValueError(f"{_describe(op, attr)}: the index guard needs the rank of the data")
+                axis = int(attr.get("axis", 0)) % len(dims)
+                inputs = list(inputs)
+                inputs[1] = _guard(bb, indices, [dims[axis]], _node(op, attr))
+            return impl.__func__(cls, bb, inputs, attr, params)
+        return _impl
+
+    return _override(base, convert)
+
+
+def _guarded_nd(base: type, op: str) -> type:
+    """`base`'s converter with input 1 (coordinates into data's dims after `batch_dims`) guarded."""
+
+    def convert(impl):
+        @classmethod
+        def _impl(cls, bb, inputs, attr, params):
+            data, indices = inputs[0], inputs[1]
+            dims, index_dims = _dims(data), _dims(indices)
+            if _needs_guard(indices):
+                if not dims or not index_dims or not isinstance(index_dims[-1], tirx.IntImm):
+                    raise ValueError(f"{_describe(op, attr)}: the index guard needs the data's rank and a static last dim of the indices")
+                start = int(attr.get("batch_dims", 0))
+                extents = dims[start:start + int(index_dims[-1])]
+                inputs = list(inputs)
+                inputs[1] = _guard(bb, indices, extents, _node(op, attr))
+            return impl.__func__(cls, bb, inputs, attr, params)
+        return _impl
+
+    return _override(base, convert)
+
+
+def _override(base: type, convert) -> type:
+    """A subclass of TVM's converter `base` whose every `_impl_vN` is `convert(base._impl_vN)`."""
+    impls = {n: convert(getattr(base, n)) for n in dir(base) if n.startswith("_impl_v")}
+    return type(f"Nxrt{base.__name__}", (base,), impls)
+
+
+class _Slice(onnx_frontend.Slice):
+    """TVM's Slice, never assuming symbolic bounds are inside the data (ONNX clamps them)."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        out = onnx_frontend.Slice._impl_v13.__func__(cls, bb, inputs, attr, params)
+        if isinstance(out, relax.Call) and out.op.name == "relax.strided_slice" and out.attrs.assume_inbound:
+            out = relax.op.strided_slice(*out.args, assume_inbound=False)
+        return out
+
+
+class _BitShift(onnx_frontend.BitShift):
+    """TVM's BitShift, defined for every shift amount: LLVM's shifts are undefined (poison) for amounts
+    outside [0, bits), and AVX2 code returned 4 for int8 4 >> 9. Out of range, a left shift gives 0 and a
+    right shift the sign fill (0 or -1), as ONNX (opset 28 adds signed types) and onnxruntime define."""
+
+    @classmethod
+    def _impl_v11(cls, bb, inputs, attr, params):
+        x, y = inputs
+        if all(isinstance(i, tvm.ir.GenericConst) for i in inputs):  # folded in numpy by TVM's converter
+            return onnx_frontend.BitShift._impl_v11.__func__(cls, bb, inputs, attr, params)
+        dtype = x.ty.dtype.dtype
+        bits, signed = tvm.DataType(dtype).bits, dtype.startswith("int")
+        right = attr.get("direction", b"LEFT").decode("ascii") == "RIGHT"
+        in_range = relax.op.less(y, relax.const(bits, dtype))
+        if signed:
+            in_range = relax.op.logical_and(in_range, relax.op.greater_equal(y, relax.const(0, dtype)))
+        amount = relax.op.where(in_range, y, relax.const(0, dtype))
+        shifted = (relax.op.right_shift if right else relax.op.left_shift)(x, amount)
+        fill = relax.op.right_shift(x, relax.const(bits - 1, dtype)) if right and signed else relax.op.zeros_like(x)
+        return relax.op.where(in_range, shifted, fill)
+
+
+_OVERRIDES: dict[str, type] = {
+    "Slice": _Slice,
+    "BitShift": _BitShift,
+    **{op: _guarded_along_axis(getattr(onnx_frontend, op), op) for op in ("Gather", "GatherElements", "Scatter", "ScatterElements")},
+    **{op: _guarded_nd(getattr(onnx_frontend, op), op) for op in ("GatherND", "ScatterND")},
+}
+
+
+def convert_map() -> dict[str, type]:
+    """Every op the import converts, to its converter class (TVM's, or ours where TVM's is unsafe)."""
+    return {**onnx_frontend._get_convert_map(), **_OVERRIDES}
+
+
+def min_opset(op_type: str) -> int:
+    """The lowest opset a converter has an implementation for."""
+    converter = convert_map()[op_type]
+    return min(int(n[len("_impl_v"):]) for n in dir(converter) if n.startswith("_impl_v"))
+
+
+_INSTALL = threading.Lock()
+#: node name -> its input names, for the model being imported (messages name the indices' value)
+_NODE_INPUTS: dict[str, list[str]] = {}
+
+
+@contextlib.contextmanager
+def _our_converters(model: onnx.ModelProto) -> Iterator[None]:
+    with _INSTALL:
+        saved = onnx_frontend._get_convert_map
+        onnx_frontend._get_convert_map = lambda: {**saved(), **_OVERRIDES}
+        _NODE_INPUTS.update({_quotable(n.name): [_quotable(i) for i in n.input] for n in model.graph.node})
+        try:
+            yield
+        finally:
+            onnx_frontend._get_convert_map = saved
+            _NODE_INPUTS.clear()
+
+
+def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
+    """Import a standalone partition model; weights become constants so the build can fold them."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    # The frontend prints on failure and warns on every renamed input: keep both out of the user's output.
+    with _our_converters(model), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return from_onnx(model, opset=opset, keep_params_in_input=False)
+        except Exception as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CompileFailed(f"the Relax ONNX frontend rejected partition {model.graph.name!r}: {message}") from exc
+
+
+@dataclass(frozen=True)
+class GuardFailure:
+    """What an index guard's failure message says."""
+
+    node: str
+    indices: str  #: the value the bad index is in
+    extents: tuple[int | None, ...]  #: sizes of the dims indexed (None where symbolic)
+    text: str
+
+
+_GUARD_TEXT = re.compile(rf"{GUARD_MARKER}: (\w+ node '([^']*)': an index in '([^']*)' .* n = \[([^\]]*)\])")
+
+
+def parse_guard_failure(message: str) -> GuardFailure | None:
+    """The guard's record when `message` is an index guard's failure, else None."""
+    found = _GUARD_TEXT.search(message)
+    if not found:
+        return None
+    text, node, indices, dims = found.groups()
+    extents = tuple(int(d) if d.strip().lstrip("-").isdigit() else None for d in dims.split(","))
+    return GuardFailure(node, indices, extents, text)
