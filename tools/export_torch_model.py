@@ -119,14 +119,23 @@ def export(out_dir: pathlib.Path, dynamo: bool = False) -> pathlib.Path:
     return onnx_path
 
 
-def export_tiny_bert(out_dir: pathlib.Path) -> pathlib.Path | None:
-    """Export a tiny random-init BERT; returns None when transformers is missing."""
+def _transformers(what: str):
+    """`transformers`, offline (HF_HUB_OFFLINE=1: nothing is downloaded), or None (said) when it is missing."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        from transformers import BertConfig, BertModel
+        import transformers
     except ImportError:
-        print("transformers not installed: skipping tiny_bert.onnx")
+        print(f"transformers not installed: skipping {what}")
         return None
+    return transformers
+
+
+def export_tiny_bert(out_dir: pathlib.Path) -> pathlib.Path | None:
+    """Export a tiny random-init BERT; returns None when transformers is missing."""
+    transformers = _transformers("tiny_bert.onnx")
+    if transformers is None:
+        return None
+    BertConfig, BertModel = transformers.BertConfig, transformers.BertModel
 
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / "tiny_bert.onnx"
@@ -182,12 +191,10 @@ def export_tiny_bert(out_dir: pathlib.Path) -> pathlib.Path | None:
 
 def export_tiny_t5(out_dir: pathlib.Path) -> pathlib.Path | None:
     """Export the tiny int8 T5 encoder; returns None when transformers is missing."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        from transformers import T5Config, T5EncoderModel
-    except ImportError:
-        print("transformers not installed: skipping tiny_t5_int8.onnx")
+    transformers = _transformers("tiny_t5_int8.onnx")
+    if transformers is None:
         return None
+    T5Config, T5EncoderModel = transformers.T5Config, transformers.T5EncoderModel
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     out_dir.mkdir(parents=True, exist_ok=True)
