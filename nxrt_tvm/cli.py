@@ -122,10 +122,6 @@ def random_feeds(graph: GraphView, dims: dict[str, int], seed: int = 0) -> dict[
     return feeds
 
 
-def _kernel_variants(sess: InferenceSession) -> dict[str, list]:
-    return {p.name: k.variants() for p, k in zip(sess.plan.partitions, sess._kernels) if k.variants()}
-
-
 def _reference(model: Path):
     """onnxruntime on the same model (its source, for EPContext models) with TVM's thread count."""
     import onnxruntime as ort
@@ -196,7 +192,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise InvalidProviderOptions("several sizes in --dim need --check (each size is checked against onnxruntime)")
     report: dict = {
         "model": str(model),
-        "plan": sess.plan.to_json(sess.graph, _kernel_variants(sess)),
+        "plan": sess.plan.to_json(sess.graph, sess.kernel_variants()),
         "session_load_s": round(sess.load_seconds, 4),
     }
     ok = True
@@ -234,7 +230,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _print_run(sess: InferenceSession, report: dict, args: argparse.Namespace) -> None:
     print(f"model: {report['model']}")
-    print(sess.plan.format(sess.graph, _kernel_variants(sess)))
+    print(sess.plan.format(sess.graph, sess.kernel_variants()))
     print(f"session ready in {sess.load_seconds:.3f} s (partition + compile)")
     for name, shape in report.get("outputs", {}).items():
         print(f"output {name}: shape {shape}")
@@ -329,7 +325,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     ref, threads = _reference(model)
     times = interleaved_medians({"nx": lambda: sess.run(None, feeds), "ort": lambda: ref.run(None, feeds)}, args.repeat)
     nx_s, ort_s = times["nx"], times["ort"]
-    variants = _kernel_variants(sess)
+    variants = sess.kernel_variants()
     counts: dict[str, int] = {}
     for vs in variants.values():
         for v in vs:

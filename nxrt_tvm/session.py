@@ -174,6 +174,11 @@ class InferenceSession:
     def get_providers(self) -> list[str]:
         return [str(p.ep_id) for p in self._providers]
 
+    def kernel_variants(self) -> dict[str, list]:
+        """Partition name -> the implementation of each of its kernels (`KernelVariant`s), for the partitions
+        that run (a partition whose outputs nothing uses has no kernel) and report variants."""
+        return {p.name: k.variants() for p, k in zip(self._live, self._kernels) if k.variants()}
+
     def _lifetimes(self) -> list[list[str]]:
         """For each partition, the values no later partition reads: freed right after it runs."""
         last: dict[str, int] = {}

@@ -96,6 +96,23 @@ def test_bench_reports_ratio_and_kernel_variants(capsys, tmp_path):
     assert all(v["reason"] for vs in report["variants"].values() for v in vs)
 
 
+def test_kernel_variants_are_reported_per_partition_by_name(capsys, tmp_path):
+    """A partition whose outputs nothing uses has no kernel: it must not shift the variants onto the wrong partition."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Celu", ["x"], ["dead"], name="unused_celu"), helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Exp", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])])
+    path = tmp_path / "dead.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["run", str(path), "--json"]) == 0
+    partitions = json.loads(capsys.readouterr().out)["plan"]["partitions"]
+    dead, live = partitions
+    assert dead["ep"] == "CPUExecutionProvider" and not dead["outputs"] and not dead["kernels"]
+    assert live["ep"] == "TvmExecutionProvider" and [k["variant"] for k in live["kernels"]] == ["default:injective"]
+
+
 def test_plan_shows_kernel_variants(capsys):
     assert main(["plan"]) == 0
     assert "kernels:" in capsys.readouterr().out
