@@ -100,6 +100,7 @@ def _guard(bb: relax.BlockBuilder, indices: relax.Expr, extents: list, node: tup
 
 
 def _needs_guard(indices: relax.Expr) -> bool:
+    """Indices known only at run time (ONNX types them int32/int64: no unsigned index reaches a guard)."""
     return not isinstance(indices, tvm.ir.GenericConst | relax.ShapeExpr) and not indices.ty.dtype.dtype.startswith("uint")
 
 
