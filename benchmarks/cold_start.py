@@ -8,6 +8,7 @@ compiling disabled; a session on the plain model hitting a warm compile cache;
 onnxruntime's own session creation. Load times are medians of --loads runs.
 Also artifact sizes with and without weights (weightless blobs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,13 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+import models  # noqa: E402  (benchmarks/models.py)
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-import models  # noqa: E402  (benchmarks/models.py)
 import nxrt_tvm as nx  # noqa: E402
-from nxrt_tvm.timing import median_seconds  # noqa: E402
 from nxrt_tvm.data import default_model_path  # noqa: E402
+from nxrt_tvm.timing import median_seconds  # noqa: E402
 
 
 def _timed(fn) -> float:
@@ -81,7 +82,9 @@ def measure(name: str, src: Path, work: Path, loads: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", nargs="+", default=["default", "resnet", "bert"])
     parser.add_argument("--loads", type=int, default=5)
     parser.add_argument("--json", type=Path)
@@ -98,7 +101,9 @@ def main() -> None:
             rows.append(measure(name, src, work, args.loads))
             print(f"{name}: done", file=sys.stderr)
     mb = lambda b: f"{b / 2**20:.1f}"  # noqa: E731
-    print("| model | partitions | compile (s) | EPContext embedded (ms) | external (ms) | weightless (ms) | cache hit (ms) | onnxruntime create (ms) | compile / embedded load | model+blobs MiB (embedded / external blobs / weightless blobs) |")
+    print(
+        "| model | partitions | compile (s) | EPContext embedded (ms) | external (ms) | weightless (ms) | cache hit (ms) | onnxruntime create (ms) | compile / embedded load | model+blobs MiB (embedded / external blobs / weightless blobs) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(

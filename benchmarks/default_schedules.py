@@ -13,6 +13,7 @@ compile time run on the fallback), each relative to onnxruntime. The 1024^3
 GEMM also gets GFLOP/s against this CPU's fp32 peak, measured in the same
 run (`peak.py`: back-to-back vector FMAs on every thread).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import models  # noqa: E402
-import nxrt_tvm  # noqa: E402
 from peak import fp32_peak_gflops  # noqa: E402
-from nxrt_tvm.timing import interleaved_medians, median_seconds  # noqa: E402
+
+import nxrt_tvm  # noqa: E402
 import nxrt_tvm.data  # noqa: E402
+from nxrt_tvm.timing import interleaved_medians, median_seconds  # noqa: E402
 
 BENCH = {
     "mlp": "MLP b64 512-1024-1024-10",
@@ -74,7 +76,9 @@ def measure(name: str, repeat: int, threads: int, skip_naive: bool) -> dict:
         row[key + "_build_s"] = time.perf_counter() - start
         row[key + "_tvm_nodes"] = session.plan.nodes_by_ep().get("TvmExecutionProvider", 0)
         got = session.run(None, feeds)
-        row[key + "_err"] = max(float(np.max(np.abs(g - w))) / (float(np.max(np.abs(w))) + 1e-12) for g, w in zip(got, want))
+        row[key + "_err"] = max(
+            float(np.max(np.abs(g - w))) / (float(np.max(np.abs(w))) + 1e-12) for g, w in zip(got, want)
+        )
         if key == "naive":  # naive kernels are slow: a few runs, timed on their own
             row[key] = 1e3 * median_seconds(lambda: session.run(None, feeds), max(3, repeat // 4))
         else:
@@ -87,31 +91,43 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--only", nargs="*", choices=sorted(BENCH))
-    ap.add_argument("--skip-naive", action="store_true", help="skip TVM's default pipeline (minutes on ResNet)")
+    ap.add_argument(
+        "--skip-naive", action="store_true", help="skip TVM's default pipeline (minutes on ResNet)"
+    )
     args = ap.parse_args(argv)
     threads = int(os.environ["TVM_NUM_THREADS"])
     rows = [measure(name, args.repeat, threads, args.skip_naive) for name in (args.only or BENCH)]
 
-    print(f"\nthreads: {threads} (onnxruntime intra-op = TVM_NUM_THREADS); median of 5 interleaved rounds of {args.repeat} runs\n")
-    print("| model | onnxruntime ms | TVM default ms (x ORT) | default schedules ms (x ORT) "
-          "| claim_policy=cost ms (x ORT) | TVM nodes all / cost | max rel. err | build s all / cost |")
+    print(
+        f"\nthreads: {threads} (onnxruntime intra-op = TVM_NUM_THREADS); median of 5 interleaved rounds of {args.repeat} runs\n"
+    )
+    print(
+        "| model | onnxruntime ms | TVM default ms (x ORT) | default schedules ms (x ORT) "
+        "| claim_policy=cost ms (x ORT) | TVM nodes all / cost | max rel. err | build s all / cost |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         naive = "skipped" if math.isnan(r["naive"]) else f"{r['naive']:.2f} ({r['naive'] / r['ort']:.1f}x)"
-        print(f"| {BENCH[r['name']]} | {r['ort']:.2f} | {naive} | {r['rules']:.2f} ({r['rules'] / r['ort']:.2f}x) "
-              f"| {r['cost']:.2f} ({r['cost'] / r['ort']:.2f}x) | {r['rules_tvm_nodes']} / {r['cost_tvm_nodes']} "
-              f"| {max(r['rules_err'], r['cost_err']):.1e} | {r['rules_build_s']:.1f} / {r['cost_build_s']:.1f} |")
+        print(
+            f"| {BENCH[r['name']]} | {r['ort']:.2f} | {naive} | {r['rules']:.2f} ({r['rules'] / r['ort']:.2f}x) "
+            f"| {r['cost']:.2f} ({r['cost'] / r['ort']:.2f}x) | {r['rules_tvm_nodes']} / {r['cost_tvm_nodes']} "
+            f"| {max(r['rules_err'], r['cost_err']):.1e} | {r['rules_build_s']:.1f} / {r['cost_build_s']:.1f} |"
+        )
     for key, label in (("rules", "default schedules"), ("cost", "claim_policy=cost")):
         ratios = [r[key] / r["ort"] for r in rows]
-        print(f"geomean {label} / onnxruntime: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x; "
-              f"worst {max(ratios):.2f}x")
+        print(
+            f"geomean {label} / onnxruntime: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x; "
+            f"worst {max(ratios):.2f}x"
+        )
     gemm = next((r for r in rows if r["name"] == "gemm"), None)
     if gemm is not None:
         peak = fp32_peak_gflops(threads)
         flops = 2 * 1024**3 / 1e9
         rules, ort_rate = flops / gemm["rules"] * 1e3, flops / gemm["ort"] * 1e3
-        print(f"GEMM 1024^3: default schedules {rules:.0f} GFLOP/s ({rules / peak:.0%} of peak), onnxruntime "
-              f"{ort_rate:.0f} GFLOP/s ({ort_rate / peak:.0%}); measured fp32 peak {peak:.0f} GFLOP/s on {threads} threads")
+        print(
+            f"GEMM 1024^3: default schedules {rules:.0f} GFLOP/s ({rules / peak:.0%} of peak), onnxruntime "
+            f"{ort_rate:.0f} GFLOP/s ({ort_rate / peak:.0%}); measured fp32 peak {peak:.0f} GFLOP/s on {threads} threads"
+        )
     return 0
 
 

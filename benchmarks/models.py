@@ -16,6 +16,7 @@ uniform in ``[0, vocab)``, float inputs standard normal.
 size and parameter count (and, with ``--latency``, its onnxruntime median
 latency).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,9 @@ class _Graph:
     def init(self, name: str, arr, dtype=np.float32) -> str:
         assert name not in self._names, name
         self._names.add(name)
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(np.asarray(arr, dtype=dtype)), name=name))
+        self.inits.append(
+            numpy_helper.from_array(np.ascontiguousarray(np.asarray(arr, dtype=dtype)), name=name)
+        )
         return name
 
     def op(self, op_type: str, inputs, name: str, n_out: int = 1, **attrs):
@@ -85,13 +88,15 @@ def param_count(model: onnx.ModelProto) -> int:
 # ------------------------------------------------------------------ resnet
 
 
-def _conv_bn(g: _Graph, x: str, prefix: str, c_in: int, c_out: int, k: int, stride: int, relu: bool,
-             gamma: float = 1.0) -> str:
+def _conv_bn(
+    g: _Graph, x: str, prefix: str, c_in: int, c_out: int, k: int, stride: int, relu: bool, gamma: float = 1.0
+) -> str:
     """Conv (no bias, He-init) + BatchNormalization (+ Relu)."""
     fan_in = c_in * k * k
     w = g.init(f"{prefix}.weight", g.normal((c_out, c_in, k, k), math.sqrt(2.0 / fan_in)))
-    y = g.op("Conv", [x, w], f"{prefix}.conv", kernel_shape=[k, k], strides=[stride, stride],
-             pads=[k // 2] * 4)
+    y = g.op(
+        "Conv", [x, w], f"{prefix}.conv", kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4
+    )
     scale = g.init(f"{prefix}.bn.scale", g.rng.uniform(0.9, 1.1, c_out) * gamma)
     bias = g.init(f"{prefix}.bn.bias", g.normal(c_out, 0.05))
     mean = g.init(f"{prefix}.bn.mean", g.normal(c_out, 0.05))
@@ -105,8 +110,9 @@ def _conv_bn(g: _Graph, x: str, prefix: str, c_in: int, c_out: int, k: int, stri
 _RESNET_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
 
 
-def resnet(depth: int = 18, batch: int = 1, image: int = 224, classes: int = 1000,
-           seed: int = 0) -> onnx.ModelProto:
+def resnet(
+    depth: int = 18, batch: int = 1, image: int = 224, classes: int = 1000, seed: int = 0
+) -> onnx.ModelProto:
     """ResNet-18-style CNN (basic blocks): image [batch,3,image,image] -> logits [batch,classes].
 
     Conv7x7/2-BN-Relu, MaxPool3x3/2, 4 stages of basic blocks
@@ -139,7 +145,9 @@ def resnet(depth: int = 18, batch: int = 1, image: int = 224, classes: int = 100
     w = g.init("fc.weight", g.normal((classes, 512), math.sqrt(1.0 / 512)))
     bias = g.init("fc.bias", np.zeros(classes))
     g.op("Gemm", [x, w, bias], "logits", transB=1)
-    return g.model(f"resnet{depth}", [_vi("image", (batch, 3, image, image))], [_vi("logits", (batch, classes))])
+    return g.model(
+        f"resnet{depth}", [_vi("image", (batch, 3, image, image))], [_vi("logits", (batch, classes))]
+    )
 
 
 # ------------------------------------------------------------- transformer
@@ -200,8 +208,15 @@ def _encoder_layer(g: _Graph, x: str, p: str, batch: int, seq: int, hidden: int,
     return _layer_norm(g, y, f"{p}.ffn.layernorm", hidden)
 
 
-def bert(layers: int = 4, hidden: int = 256, heads: int = 4, seq: int = 128, batch: int = 1,
-         vocab: int = 8192, seed: int = 0) -> onnx.ModelProto:
+def bert(
+    layers: int = 4,
+    hidden: int = 256,
+    heads: int = 4,
+    seq: int = 128,
+    batch: int = 1,
+    vocab: int = 8192,
+    seed: int = 0,
+) -> onnx.ModelProto:
     """BERT-style encoder: input_ids int64 [batch, seq] -> hidden_states [batch, seq, hidden].
 
     Token Gather + position embedding ([seq, hidden] initializer, added) +

@@ -1,12 +1,13 @@
 """nxrt-tvm: a compiling execution provider for ONNX models on Apache TVM."""
+
 import os as _os
 
 # TVM's thread pool starts with half the cores on x86 and reads this once: give it all of them.
 _os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0))))
 
+from .aot import CompileReport, compile_model  # noqa: E402
 from .api import *  # noqa: E402,F403 - the contract is the public surface
 from .api import __all__ as _api_names  # noqa: E402
-from .aot import CompileReport, compile_model  # noqa: E402
 from .epcontext.record import EpContext  # noqa: E402
 from .epcontext.registry import EpContextRegistry, build_ep_context_registry  # noqa: E402
 from .partition.plan import PartitionPlan  # noqa: E402

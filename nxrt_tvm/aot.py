@@ -1,4 +1,5 @@
 """Ahead-of-time compile: a model in, a model with EPContext nodes out, no device needed."""
+
 from __future__ import annotations
 
 import os
@@ -64,7 +65,12 @@ def compile_model(
     plan = make_plan(graph, [tvm_ep, CPUExecutionProvider()])
     compiled = [p for p in plan.partitions if p.ep == tvm_ep.ep_id]
     contexts = {}
-    for partition in tqdm(compiled, desc="exporting partitions", unit="partition", disable=None if progress is None else not progress):
+    for partition in tqdm(
+        compiled,
+        desc="exporting partitions",
+        unit="partition",
+        disable=None if progress is None else not progress,
+    ):
         contexts[partition.name] = tvm_ep.save_context(tvm_ep.compile(graph, partition))
     files = write_context_model(
         graph, plan, contexts, output, embed_mode=1 if embed else 0, keep_source=keep_source

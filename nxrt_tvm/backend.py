@@ -12,6 +12,7 @@ builds a session (every claim proven by a TVM build); `BackendRep.run(inputs)`
 feeds the model's graph inputs (initializers excluded) in order and returns the
 outputs as an `onnx.backend.base.namedtupledict`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,15 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupl
 from .api.errors import InvalidFeed
 from .session import DEFAULT_PROVIDERS, InferenceSession
 
-__all__ = ["NxrtBackend", "NxrtBackendRep", "prepare", "run_model", "run_node", "supports_device", "is_compatible"]
+__all__ = [
+    "NxrtBackend",
+    "NxrtBackendRep",
+    "prepare",
+    "run_model",
+    "run_node",
+    "supports_device",
+    "is_compatible",
+]
 
 #: Provider options of a backend session: every TVM partition of any size, on the host CPU.
 DEFAULT_PROVIDER_OPTIONS: tuple[dict, ...] = ({"target": "llvm", "min_subgraph_size": 1}, {})
@@ -76,7 +85,9 @@ class NxrtBackend(Backend):
                 provider_options = [dict(o) for o in DEFAULT_PROVIDER_OPTIONS]
         sess_options = kwargs.pop("sess_options", None)
         # Anything else (e.g. the test runner's rtol/atol) is not a session setting.
-        session = InferenceSession(model, sess_options, providers=providers, provider_options=provider_options)
+        session = InferenceSession(
+            model, sess_options, providers=providers, provider_options=provider_options
+        )
         return NxrtBackendRep(session)
 
     @classmethod
@@ -85,7 +96,12 @@ class NxrtBackend(Backend):
 
     @classmethod
     def run_node(
-        cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info: Sequence[tuple] | None = None, **kwargs: Any
+        cls,
+        node: onnx.NodeProto,
+        inputs: Any,
+        device: str = "CPU",
+        outputs_info: Sequence[tuple] | None = None,
+        **kwargs: Any,
     ) -> tuple[Any, ...]:
         """Run one node: a model is made around it, its input types taken from `inputs`."""
         arrays = [np.asarray(x) for x in (inputs.values() if isinstance(inputs, Mapping) else inputs)]
@@ -102,7 +118,9 @@ class NxrtBackend(Backend):
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
         if outputs_info is None:  # output types from the op's type and shape inference
             schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
-            inferred = onnx.shape_inference.infer_node_outputs(schema, node, {v.name: v.type for v in graph_inputs})
+            inferred = onnx.shape_inference.infer_node_outputs(
+                schema, node, {v.name: v.type for v in graph_inputs}
+            )
             graph_outputs = [onnx.helper.make_value_info(n, inferred[n]) for n in node.output if n]
         model = onnx.helper.make_model(
             onnx.helper.make_graph([node], "run_node", graph_inputs, graph_outputs),

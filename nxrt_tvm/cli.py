@@ -1,4 +1,5 @@
 """The `nxrt-tvm` command: plan, run (and check against onnxruntime) a model."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,8 @@ from .epcontext.codec import is_ep_context
 from .epcontext.loader import restore_sources
 from .graph.model import GraphView, load_model
 from .lower.schedules import CONV_ALGORITHMS
-from .partition.plan import make_plan
 from .ort.cli import add_cli as _add_ort_plugin_cli
+from .partition.plan import make_plan
 from .session import InferenceSession
 from .session_options import SessionOptions
 from .timing import interleaved_medians
@@ -51,7 +52,9 @@ def _dim_sizes(args: argparse.Namespace) -> dict[str, list[int]]:
         name, sep, sizes = item.partition("=")
         values = sizes.split(",")
         if not sep or not name or not all(v.isdigit() for v in values):
-            raise InvalidProviderOptions(f"--dim takes NAME=SIZE (run --check: NAME=SIZE,SIZE,...), got {item!r}")
+            raise InvalidProviderOptions(
+                f"--dim takes NAME=SIZE (run --check: NAME=SIZE,SIZE,...), got {item!r}"
+            )
         dims[name] = [int(v) for v in values]
     return dims
 
@@ -73,14 +76,27 @@ def _add_model_args(p: argparse.ArgumentParser, tuning: bool = True) -> None:
     p.add_argument("--target", default="llvm", help="'llvm' (host CPU), 'cuda', or a JSON target dict")
     p.add_argument("--min-subgraph-size", type=int, help="smallest partition the TVM EP compiles")
     p.add_argument("--exclude", help="comma-separated op types the TVM EP must not claim")
-    p.add_argument("--conv-algorithm", choices=CONV_ALGORITHMS, default="auto",
-                   help="'auto': 3x3 stride-1 convolutions as Winograd where they fit; 'direct': all direct "
-                        "(tune with the algorithm you compile with: they make different kernels)")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                   help="fix a symbolic input dim (static shapes let TVM claim and tune more); "
-                        "run --check: NAME=SIZE,SIZE,... keeps it symbolic and checks every size")
+    p.add_argument(
+        "--conv-algorithm",
+        choices=CONV_ALGORITHMS,
+        default="auto",
+        help="'auto': 3x3 stride-1 convolutions as Winograd where they fit; 'direct': all direct "
+        "(tune with the algorithm you compile with: they make different kernels)",
+    )
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=SIZE",
+        help="fix a symbolic input dim (static shapes let TVM claim and tune more); "
+        "run --check: NAME=SIZE,SIZE,... keeps it symbolic and checks every size",
+    )
     if tuning:
-        p.add_argument("--tuning-logs", type=Path, help="folder of per-device tuning databases to apply (e.g. tuning_logs)")
+        p.add_argument(
+            "--tuning-logs",
+            type=Path,
+            help="folder of per-device tuning databases to apply (e.g. tuning_logs)",
+        )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -143,13 +159,19 @@ def _size_sets(args: argparse.Namespace) -> list[dict[str, int]]:
     return [dict(zip(names, combo)) for combo in itertools.product(*(sizes[n] for n in names))] or [{}]
 
 
-def _compare(got: list[np.ndarray], want: list[np.ndarray], names: list[str], rtol: float, atol: float) -> dict:
+def _compare(
+    got: list[np.ndarray], want: list[np.ndarray], names: list[str], rtol: float, atol: float
+) -> dict:
     """Per output: the largest |difference|, the worst error relative to the output's scale, and whether it is close."""
     diffs = {}
     for name, g, w in zip(names, got, want):
         if g.shape != w.shape:
-            diffs[name] = {"max_abs_diff": None, "max_rel_err": None, "ok": False,
-                           "detail": f"shape {list(g.shape)}, onnxruntime {list(w.shape)}"}
+            diffs[name] = {
+                "max_abs_diff": None,
+                "max_rel_err": None,
+                "ok": False,
+                "detail": f"shape {list(g.shape)}, onnxruntime {list(w.shape)}",
+            }
             continue
         g64, w64 = g.astype(np.float64), w.astype(np.float64)
         err = float(np.max(np.abs(g64 - w64))) if g.size else 0.0
@@ -172,11 +194,17 @@ def _check_at(sess: InferenceSession, ref, feeds: dict, args: argparse.Namespace
         got = exc
     if isinstance(want, Exception) or isinstance(got, Exception):
         agree = isinstance(want, Exception) and isinstance(got, Exception)
-        return {"ok": agree, "nxrt_tvm_error": None if not isinstance(got, Exception) else f"{type(got).__name__}: {got}",
-                "onnxruntime_error": None if not isinstance(want, Exception) else str(want).splitlines()[0]}
+        return {
+            "ok": agree,
+            "nxrt_tvm_error": None if not isinstance(got, Exception) else f"{type(got).__name__}: {got}",
+            "onnxruntime_error": None if not isinstance(want, Exception) else str(want).splitlines()[0],
+        }
     diffs = _compare(got, want, names, args.rtol, args.atol)
-    return {"ok": all(d["ok"] for d in diffs.values()), "outputs": diffs,
-            "shapes": {name: list(g.shape) for name, g in zip(names, got)}}
+    return {
+        "ok": all(d["ok"] for d in diffs.values()),
+        "outputs": diffs,
+        "shapes": {name: list(g.shape) for name, g in zip(names, got)},
+    }
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -189,7 +217,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         feed_sets = [(dims, random_feeds(sess.graph, dims, args.seed)) for dims in _size_sets(args)]
     if not args.check and len(feed_sets) > 1:
-        raise InvalidProviderOptions("several sizes in --dim need --check (each size is checked against onnxruntime)")
+        raise InvalidProviderOptions(
+            "several sizes in --dim need --check (each size is checked against onnxruntime)"
+        )
     report: dict = {
         "model": str(model),
         "plan": sess.plan.to_json(sess.graph, sess.kernel_variants()),
@@ -211,7 +241,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         report["check"] = {"rtol": args.rtol, "atol": args.atol, "sizes": checks, "ok": ok}
         feeds = feed_sets[-1][1]
         if "outputs" in checks[-1]:
-            times = interleaved_medians({"nx": lambda: sess.run(None, feeds), "ort": lambda: ref.run(None, feeds)}, args.repeat)
+            times = interleaved_medians(
+                {"nx": lambda: sess.run(None, feeds), "ort": lambda: ref.run(None, feeds)}, args.repeat
+            )
             nx_s, ort_s = times["nx"], times["ort"]
             report["latency_ms"] = {
                 "nxrt_tvm": round(nx_s * 1e3, 4),
@@ -240,15 +272,19 @@ def _print_run(sess: InferenceSession, report: dict, args: argparse.Namespace) -
         at = " ".join(f"{k}={v}" for k, v in check["dims"].items()) or "the given sizes"
         if "outputs" not in check:
             verdict = "ok: both raised" if check["ok"] else "MISMATCH"
-            print(f"check at {at}: {verdict}: nxrt-tvm {check['nxrt_tvm_error'] or 'ran'}; "
-                  f"onnxruntime {check['onnxruntime_error'] or 'ran'}")
+            print(
+                f"check at {at}: {verdict}: nxrt-tvm {check['nxrt_tvm_error'] or 'ran'}; "
+                f"onnxruntime {check['onnxruntime_error'] or 'ran'}"
+            )
             continue
         for name, d in check["outputs"].items():
             if d["max_abs_diff"] is None:
                 print(f"check at {at}, {name}: MISMATCH: {d['detail']}")
                 continue
-            print(f"check at {at}, {name}: worst relative error {d['max_rel_err']:.3g} (max |diff| {d['max_abs_diff']:.3g}) "
-                  f"-> {'ok' if d['ok'] else 'MISMATCH'} (rtol {args.rtol}, atol {args.atol})")
+            print(
+                f"check at {at}, {name}: worst relative error {d['max_rel_err']:.3g} (max |diff| {d['max_abs_diff']:.3g}) "
+                f"-> {'ok' if d['ok'] else 'MISMATCH'} (rtol {args.rtol}, atol {args.atol})"
+            )
     if "latency_ms" in report:
         lat = report["latency_ms"]
         print(
@@ -283,9 +319,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"wrote {report.output}: {report.compiled_partitions} EPContext partitions, "
-              f"{summary['fallback_partitions']} fallback partitions, {report.bytes_written} bytes in {len(report.files)} file(s), "
-              f"{report.seconds:.2f} s")
+        print(
+            f"wrote {report.output}: {report.compiled_partitions} EPContext partitions, "
+            f"{summary['fallback_partitions']} fallback partitions, {report.bytes_written} bytes in {len(report.files)} file(s), "
+            f"{report.seconds:.2f} s"
+        )
     return 0
 
 
@@ -293,27 +331,57 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .tuning.tune import tune_model
 
     report = tune_model(
-        _model(args), target=args.target, trials=args.trials, time_budget=args.time_budget, log_dir=args.log_dir,
-        rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, free_dims=_dims(args), conv_algorithm=args.conv_algorithm,
+        _model(args),
+        target=args.target,
+        trials=args.trials,
+        time_budget=args.time_budget,
+        log_dir=args.log_dir,
+        rpc_tracker=args.rpc_tracker,
+        rpc_key=args.rpc_key,
+        free_dims=_dims(args),
+        conv_algorithm=args.conv_algorithm,
         progress=None if not args.json else False,
     )
     rows = [
-        {"task": t.name, "weight": t.weight, "gflop": round(t.flops / 1e9, 4), "trials": t.trials,
-         "total_trials": t.total_trials, "best_us": None if t.best_us is None else round(t.best_us, 2),
-         "default_us": None if t.rule_us is None else round(t.rule_us, 2), "default_fastest": t.best_is_rule,
-         "resumed": t.skipped}
+        {
+            "task": t.name,
+            "weight": t.weight,
+            "gflop": round(t.flops / 1e9, 4),
+            "trials": t.trials,
+            "total_trials": t.total_trials,
+            "best_us": None if t.best_us is None else round(t.best_us, 2),
+            "default_us": None if t.rule_us is None else round(t.rule_us, 2),
+            "default_fastest": t.best_is_rule,
+            "resumed": t.skipped,
+        }
         for t in report.tasks
     ]
     if args.json:
-        print(json.dumps({"device_key": report.device_key, "directory": str(report.directory), "trials": report.trials,
-                          "seconds": round(report.seconds, 1), "tasks": rows}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "device_key": report.device_key,
+                    "directory": str(report.directory),
+                    "trials": report.trials,
+                    "seconds": round(report.seconds, 1),
+                    "tasks": rows,
+                },
+                indent=2,
+            )
+        )
     else:
-        print(f"device key {report.device_key}: {len(rows)} tasks, {report.trials} trials in {report.seconds:.0f} s -> {report.directory}")
+        print(
+            f"device key {report.device_key}: {len(rows)} tasks, {report.trials} trials in {report.seconds:.0f} s -> {report.directory}"
+        )
         for r in rows:
             best = "-" if r["best_us"] is None else f"{r['best_us']:.1f} us"
             default = "" if r["default_us"] is None else f", default rules {r['default_us']:.1f} us"
-            note = (" (default rules fastest)" if r["default_fastest"] else "") + (" (done before)" if r["resumed"] else "")
-            print(f"  {r['task']:<60} x{r['weight']:<3} trials {r['total_trials']:>4}  best {best}{default}{note}")
+            note = (" (default rules fastest)" if r["default_fastest"] else "") + (
+                " (done before)" if r["resumed"] else ""
+            )
+            print(
+                f"  {r['task']:<60} x{r['weight']:<3} trials {r['total_trials']:>4}  best {best}{default}{note}"
+            )
     return 0
 
 
@@ -323,7 +391,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     sess = InferenceSession(model, _session_options(args), providers=providers, provider_options=options)
     feeds = random_feeds(sess.graph, _dims(args), args.seed)
     ref, threads = _reference(model)
-    times = interleaved_medians({"nx": lambda: sess.run(None, feeds), "ort": lambda: ref.run(None, feeds)}, args.repeat)
+    times = interleaved_medians(
+        {"nx": lambda: sess.run(None, feeds), "ort": lambda: ref.run(None, feeds)}, args.repeat
+    )
     nx_s, ort_s = times["nx"], times["ort"]
     variants = sess.kernel_variants()
     counts: dict[str, int] = {}
@@ -331,15 +401,22 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for v in vs:
             counts[v.variant] = counts.get(v.variant, 0) + 1
     report = {
-        "model": str(model), "threads": threads, "repeat": args.repeat,
-        "nxrt_tvm_ms": round(nx_s * 1e3, 4), "onnxruntime_ms": round(ort_s * 1e3, 4), "ratio": round(nx_s / ort_s, 3),
-        "kernels": counts, "variants": {p: [v.__dict__ for v in vs] for p, vs in variants.items()},
+        "model": str(model),
+        "threads": threads,
+        "repeat": args.repeat,
+        "nxrt_tvm_ms": round(nx_s * 1e3, 4),
+        "onnxruntime_ms": round(ort_s * 1e3, 4),
+        "ratio": round(nx_s / ort_s, 3),
+        "kernels": counts,
+        "variants": {p: [v.__dict__ for v in vs] for p, vs in variants.items()},
     }
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"{model}: nxrt-tvm {report['nxrt_tvm_ms']:.3f} ms, onnxruntime {report['onnxruntime_ms']:.3f} ms, "
-              f"ratio {report['ratio']:.2f}x ({threads} threads, median of {args.repeat})")
+        print(
+            f"{model}: nxrt-tvm {report['nxrt_tvm_ms']:.3f} ms, onnxruntime {report['onnxruntime_ms']:.3f} ms, "
+            f"ratio {report['ratio']:.2f}x ({threads} threads, median of {args.repeat})"
+        )
         print("kernels: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
         for part, vs in variants.items():
             for v in vs:
@@ -367,16 +444,36 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("-o", "--output", type=Path, required=True, help="where to write the EPContext model")
     mode = comp.add_mutually_exclusive_group()
     mode.add_argument("--embed", action="store_true", default=True, help="blobs inside the model (default)")
-    mode.add_argument("--external", action="store_true", help="blob files beside the model, paths relative to it")
-    comp.add_argument("--weightless", action="store_true", help="code-only blobs; weights bound from the model at load")
-    comp.add_argument("--no-source", action="store_true", help="drop the source subgraphs kept for hosts that cannot load a blob")
+    mode.add_argument(
+        "--external", action="store_true", help="blob files beside the model, paths relative to it"
+    )
+    comp.add_argument(
+        "--weightless", action="store_true", help="code-only blobs; weights bound from the model at load"
+    )
+    comp.add_argument(
+        "--no-source",
+        action="store_true",
+        help="drop the source subgraphs kept for hosts that cannot load a blob",
+    )
     comp.set_defaults(func=_cmd_compile)
-    tune = sub.add_parser("tune", help="autotune the TVM partitions for a device (MetaSchedule + XGBoost), resumable")
+    tune = sub.add_parser(
+        "tune", help="autotune the TVM partitions for a device (MetaSchedule + XGBoost), resumable"
+    )
     _add_model_args(tune, tuning=False)
-    tune.add_argument("--trials", type=int, default=256, help="measurement trials in all (spent where the weighted cost is)")
-    tune.add_argument("--time-budget", type=float, help="seconds; later tasks get only the trials that fit in what is left, none once it is spent")
-    tune.add_argument("--log-dir", type=Path, default=Path("tuning_logs"), help="databases go to LOG_DIR/<device key>/")
-    tune.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the device behind this TVM RPC tracker")
+    tune.add_argument(
+        "--trials", type=int, default=256, help="measurement trials in all (spent where the weighted cost is)"
+    )
+    tune.add_argument(
+        "--time-budget",
+        type=float,
+        help="seconds; later tasks get only the trials that fit in what is left, none once it is spent",
+    )
+    tune.add_argument(
+        "--log-dir", type=Path, default=Path("tuning_logs"), help="databases go to LOG_DIR/<device key>/"
+    )
+    tune.add_argument(
+        "--rpc-tracker", metavar="HOST:PORT", help="measure on the device behind this TVM RPC tracker"
+    )
     tune.add_argument("--rpc-key", help="the device key its RPC server registered with the tracker")
     tune.set_defaults(func=_cmd_tune)
     bench = sub.add_parser("bench", help="time the session against onnxruntime with the same thread count")

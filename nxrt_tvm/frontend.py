@@ -20,6 +20,7 @@ unsafe on shapes that only the user's input decides:
 The overrides are installed only while `import_onnx` runs (under a lock), so
 other users of TVM's frontend in the process see TVM's own converters.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -101,7 +102,9 @@ def _guard(bb: relax.BlockBuilder, indices: relax.Expr, extents: list, node: tup
 
 def _needs_guard(indices: relax.Expr) -> bool:
     """Indices known only at run time (ONNX types them int32/int64: no unsigned index reaches a guard)."""
-    return not isinstance(indices, tvm.ir.GenericConst | relax.ShapeExpr) and not indices.ty.dtype.dtype.startswith("uint")
+    return not isinstance(
+        indices, tvm.ir.GenericConst | relax.ShapeExpr
+    ) and not indices.ty.dtype.dtype.startswith("uint")
 
 
 def _node(op: str, attr: dict) -> tuple[str, str]:
@@ -124,7 +127,9 @@ def _guarded_along_axis(base: type, op: str) -> type:
         @classmethod
         def _impl(cls, bb, inputs, attr, params):
             data, indices = inputs[0], inputs[1]
-            dims = [tirx.IntImm("int64", len(data.values))] if isinstance(data, relax.ShapeExpr) else _dims(data)
+            dims = (
+                [tirx.IntImm("int64", len(data.values))] if isinstance(data, relax.ShapeExpr) else _dims(data)
+            )
             if _needs_guard(indices):
                 if not dims:
                     raise ValueError(f"{_describe(op, attr)}: the index guard needs the rank of the data")
@@ -132,6 +137,7 @@ def _guarded_along_axis(base: type, op: str) -> type:
                 inputs = list(inputs)
                 inputs[1] = _guard(bb, indices, [dims[axis]], _node(op, attr))
             return impl.__func__(cls, bb, inputs, attr, params)
+
         return _impl
 
     return _override(base, convert)
@@ -147,12 +153,15 @@ def _guarded_nd(base: type, op: str) -> type:
             dims, index_dims = _dims(data), _dims(indices)
             if _needs_guard(indices):
                 if not dims or not index_dims or not isinstance(index_dims[-1], tirx.IntImm):
-                    raise ValueError(f"{_describe(op, attr)}: the index guard needs the data's rank and a static last dim of the indices")
+                    raise ValueError(
+                        f"{_describe(op, attr)}: the index guard needs the data's rank and a static last dim of the indices"
+                    )
                 start = int(attr.get("batch_dims", 0))
-                extents = dims[start:start + int(index_dims[-1])]
+                extents = dims[start : start + int(index_dims[-1])]
                 inputs = list(inputs)
                 inputs[1] = _guard(bb, indices, extents, _node(op, attr))
             return impl.__func__(cls, bb, inputs, attr, params)
+
         return _impl
 
     return _override(base, convert)
@@ -193,14 +202,21 @@ class _BitShift(onnx_frontend.BitShift):
             in_range = relax.op.logical_and(in_range, relax.op.greater_equal(y, relax.const(0, dtype)))
         amount = relax.op.where(in_range, y, relax.const(0, dtype))
         shifted = (relax.op.right_shift if right else relax.op.left_shift)(x, amount)
-        fill = relax.op.right_shift(x, relax.const(bits - 1, dtype)) if right and signed else relax.op.zeros_like(x)
+        fill = (
+            relax.op.right_shift(x, relax.const(bits - 1, dtype))
+            if right and signed
+            else relax.op.zeros_like(x)
+        )
         return relax.op.where(in_range, shifted, fill)
 
 
 _OVERRIDES: dict[str, type] = {
     "Slice": _Slice,
     "BitShift": _BitShift,
-    **{op: _guarded_along_axis(getattr(onnx_frontend, op), op) for op in ("Gather", "GatherElements", "Scatter", "ScatterElements")},
+    **{
+        op: _guarded_along_axis(getattr(onnx_frontend, op), op)
+        for op in ("Gather", "GatherElements", "Scatter", "ScatterElements")
+    },
     **{op: _guarded_nd(getattr(onnx_frontend, op), op) for op in ("GatherND", "ScatterND")},
 }
 
@@ -213,7 +229,7 @@ def convert_map() -> dict[str, type]:
 def min_opset(op_type: str) -> int:
     """The lowest opset a converter has an implementation for."""
     converter = convert_map()[op_type]
-    return min(int(n[len("_impl_v"):]) for n in dir(converter) if n.startswith("_impl_v"))
+    return min(int(n[len("_impl_v") :]) for n in dir(converter) if n.startswith("_impl_v"))
 
 
 _INSTALL = threading.Lock()
@@ -244,7 +260,9 @@ def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
             return from_onnx(model, opset=opset, keep_params_in_input=False)
         except Exception as exc:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CompileFailed(f"the Relax ONNX frontend rejected partition {model.graph.name!r}: {message}") from exc
+            raise CompileFailed(
+                f"the Relax ONNX frontend rejected partition {model.graph.name!r}: {message}"
+            ) from exc
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
 """InferenceSession: load, partition, compile once; run the partitions in order on every call."""
+
 from __future__ import annotations
 
 import logging
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .api.claim import Cost, SubgraphClaim
 from .api.errors import (
     InputShapeMismatch,
     InputTypeMismatch,
@@ -20,7 +22,6 @@ from .api.errors import (
     NoEpForOp,
     UnknownInput,
 )
-from .api.claim import Cost, SubgraphClaim
 from .api.kernel import Kernel
 from .api.provider import ExecutionProvider
 from .api.tensor import TensorView
@@ -51,14 +52,22 @@ class NodeArg:
 
 
 def _node_arg(info: ValueInfo) -> NodeArg:
-    type_name = "tensor(unknown)" if info.elem_type is None else f"tensor({onnx.helper.tensor_dtype_to_string(info.elem_type).split('.')[-1].lower()})"
+    type_name = (
+        "tensor(unknown)"
+        if info.elem_type is None
+        else f"tensor({onnx.helper.tensor_dtype_to_string(info.elem_type).split('.')[-1].lower()})"
+    )
     return NodeArg(info.name, list(info.shape) if info.shape is not None else [], type_name)
 
 
-def _make_providers(providers: Sequence[Any] | None, options: Sequence[dict] | None) -> list[ExecutionProvider]:
+def _make_providers(
+    providers: Sequence[Any] | None, options: Sequence[dict] | None
+) -> list[ExecutionProvider]:
     names = list(providers) if providers is not None else list(DEFAULT_PROVIDERS)
     if options is not None and len(options) != len(names):
-        raise InvalidProviderOptions(f"{len(names)} providers but {len(options)} provider_options; give one dict per provider")
+        raise InvalidProviderOptions(
+            f"{len(names)} providers but {len(options)} provider_options; give one dict per provider"
+        )
     made: list[ExecutionProvider] = []
     for k, entry in enumerate(names):
         opts = dict(options[k]) if options is not None else {}
@@ -118,7 +127,9 @@ class InferenceSession:
                     kernel = by_id[partition.ep].compile(self._graph, partition)
                 except NoEpForOp as exc:  # the last EP could not run it either: say why every EP refused
                     declined = [str(d) for d in self.plan.declines if d.node == exc.node]
-                    raise NoEpForOp(exc.node, exc.domain, exc.op_type, exc.opset, declined + exc.reasons) from exc
+                    raise NoEpForOp(
+                        exc.node, exc.domain, exc.op_type, exc.opset, declined + exc.reasons
+                    ) from exc
             kernel.prepare()
             self._kernels.append(kernel)
         self._inputs = {i.name: i for i in self._graph.inputs}
@@ -129,7 +140,9 @@ class InferenceSession:
         self.load_seconds = time.perf_counter() - started
         log.info("session ready in %.3f s: %s", self.load_seconds, self.plan.nodes_by_ep())
 
-    def _context_partitions(self, contexts: ResolvedContexts) -> tuple[list[SubgraphClaim], dict[str, Kernel]]:
+    def _context_partitions(
+        self, contexts: ResolvedContexts
+    ) -> tuple[list[SubgraphClaim], dict[str, Kernel]]:
         """Partitions fixed before any EP claims: loaded EPContext nodes, and source restored for the fallback."""
         graph = self._graph
         index = {node.name: i for i, node in enumerate(graph.nodes)}
@@ -138,7 +151,9 @@ class InferenceSession:
         for node_name, (ctx, ep, kernel) in contexts.loaded.items():
             i = index[node_name]
             inputs, outputs = graph.boundary([i])
-            fixed.append(SubgraphClaim(ep.ep_id, ctx.partition_name, (i,), inputs, outputs, Cost(source="precompiled")))
+            fixed.append(
+                SubgraphClaim(ep.ep_id, ctx.partition_name, (i,), inputs, outputs, Cost(source="precompiled"))
+            )
             preloaded[ctx.partition_name] = kernel
         if contexts.fallback_nodes:
             fallback = next(p for p in self._providers if p.ep_id == FALLBACK_EP)
@@ -153,7 +168,9 @@ class InferenceSession:
         elif isinstance(source, (str, Path)):
             path = Path(source).with_name(Path(source).stem + "_ctx.onnx")
         else:
-            raise InvalidProviderOptions("ep.context_enable on a model given as bytes needs ep.context_file_path")
+            raise InvalidProviderOptions(
+                "ep.context_enable on a model given as bytes needs ep.context_file_path"
+            )
         by_id = {p.ep_id: p for p in self._providers}
         contexts = {}
         for partition, kernel in zip(self._live, self._kernels):
@@ -200,7 +217,9 @@ class InferenceSession:
             raise InvalidFeed(f"input_feed must be a dict of input name -> array, got {type(feeds).__name__}")
         unknown = sorted(set(feeds) - set(self._inputs))
         if unknown:
-            raise UnknownInput(f"unknown input name(s) {unknown}; the model's inputs are {list(self._inputs)}")
+            raise UnknownInput(
+                f"unknown input name(s) {unknown}; the model's inputs are {list(self._inputs)}"
+            )
         missing = [n for n in self._inputs if n not in feeds]
         if missing:
             raise MissingInput(f"missing input(s) {missing}; feed every input of {list(self._inputs)}")
@@ -208,16 +227,22 @@ class InferenceSession:
         views: dict[str, TensorView] = {}
         for name, value in feeds.items():
             info = self._inputs[name]
-            if name in self._graph.other_types:  # a sequence or optional: onnxruntime checks it where it is used
+            if (
+                name in self._graph.other_types
+            ):  # a sequence or optional: onnxruntime checks it where it is used
                 views[name] = value
                 continue
             if not hasattr(value, "__dlpack__"):
                 if not isinstance(value, (np.ndarray, np.generic, list, tuple, int, float, bool)):
-                    raise InputTypeMismatch(f"input {name!r}: expected a numpy array, got {type(value).__name__}")
+                    raise InputTypeMismatch(
+                        f"input {name!r}: expected a numpy array, got {type(value).__name__}"
+                    )
                 try:
                     value = np.asarray(value)
                 except ValueError as exc:  # ragged nested lists and the like
-                    raise InputTypeMismatch(f"input {name!r}: cannot be read as an array ({exc}); pass a numpy array") from exc
+                    raise InputTypeMismatch(
+                        f"input {name!r}: cannot be read as an array ({exc}); pass a numpy array"
+                    ) from exc
             if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
                 value = np.ascontiguousarray(value)
             view = TensorView(value)
@@ -245,12 +270,16 @@ class InferenceSession:
         return views
 
     # -- run ---------------------------------------------------------------------------
-    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list[np.ndarray]:
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None
+    ) -> list[np.ndarray]:
         """Compute the requested outputs (all when `output_names` is None) as numpy arrays."""
         wanted = [o.name for o in self._graph.outputs] if output_names is None else list(output_names)
         bad = [n for n in wanted if n not in self._graph.output_names]
         if bad:
-            raise InvalidFeed(f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._graph.outputs]}")
+            raise InvalidFeed(
+                f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._graph.outputs]}"
+            )
         env: dict[str, TensorView] = dict(self._validate(input_feed))
         for kernel, release in zip(self._kernels, self._release_after):
             results = kernel.compute([env[name] for name in kernel.input_names])

@@ -1,4 +1,5 @@
 """Session options in onnxruntime's words: string config entries such as ``ep.context_enable``."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -39,7 +40,9 @@ class SessionOptions:
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         if key not in CONFIG_KEYS:
-            raise InvalidProviderOptions(f"unknown session config key {key!r}; known keys: {sorted(CONFIG_KEYS)}")
+            raise InvalidProviderOptions(
+                f"unknown session config key {key!r}; known keys: {sorted(CONFIG_KEYS)}"
+            )
         self._entries[key] = str(value)
 
     def get_session_config_entry(self, key: str) -> str:
@@ -79,7 +82,9 @@ class SessionConfig:
             entries = {str(k): str(v) for k, v in options.items()}
             unknown = sorted(set(entries) - set(CONFIG_KEYS))
             if unknown:
-                raise InvalidProviderOptions(f"unknown session config key(s) {unknown}; known keys: {sorted(CONFIG_KEYS)}")
+                raise InvalidProviderOptions(
+                    f"unknown session config key(s) {unknown}; known keys: {sorted(CONFIG_KEYS)}"
+                )
         elif hasattr(options, "get_session_config_entry"):  # an onnxruntime.SessionOptions
             entries = {}
             for key in CONFIG_KEYS:
@@ -88,13 +93,17 @@ class SessionConfig:
                 except Exception:  # onnxruntime raises when a key is unset
                     continue
         else:
-            raise InvalidProviderOptions(f"sess_options must be a SessionOptions or a dict, got {type(options).__name__}")
+            raise InvalidProviderOptions(
+                f"sess_options must be a SessionOptions or a dict, got {type(options).__name__}"
+            )
         embed = entries.get("ep.context_embed_mode", "1")
         if embed not in ("0", "1"):
             raise InvalidProviderOptions(f"ep.context_embed_mode must be '0' or '1', got {embed!r}")
         mismatch = entries.get("nxrt.context_on_mismatch", "error")
         if mismatch not in _ON_MISMATCH:
-            raise InvalidProviderOptions(f"nxrt.context_on_mismatch must be one of {_ON_MISMATCH}, got {mismatch!r}")
+            raise InvalidProviderOptions(
+                f"nxrt.context_on_mismatch must be one of {_ON_MISMATCH}, got {mismatch!r}"
+            )
         return cls(
             context_enable=_flag(entries, "ep.context_enable"),
             context_file_path=entries.get("ep.context_file_path") or None,

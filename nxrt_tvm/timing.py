@@ -4,6 +4,7 @@ Comparisons time their candidates in interleaved rounds (`interleaved_medians`):
 machine the clock and the neighbours change over seconds, and timing one candidate after the
 other puts that drift into the ratio.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -13,7 +14,9 @@ from collections.abc import Callable, Mapping
 __all__ = ["median_seconds", "interleaved_medians"]
 
 
-def median_seconds(fn: Callable[[], object], repeat: int = 20, *, warmup: int = 1, budget_s: float | None = None) -> float:
+def median_seconds(
+    fn: Callable[[], object], repeat: int = 20, *, warmup: int = 1, budget_s: float | None = None
+) -> float:
     """Median of up to `repeat` timed calls after `warmup` untimed ones.
 
     With `budget_s`, stops early once that much time has passed (but after at least 3 calls).
@@ -32,7 +35,11 @@ def median_seconds(fn: Callable[[], object], repeat: int = 20, *, warmup: int = 
 
 
 def interleaved_medians(
-    fns: Mapping[str, Callable[[], object]], repeat: int = 20, *, rounds: int = 5, warmup: int = 1,
+    fns: Mapping[str, Callable[[], object]],
+    repeat: int = 20,
+    *,
+    rounds: int = 5,
+    warmup: int = 1,
     budget_s: float | None = None,
 ) -> dict[str, float]:
     """Per name, the median over `rounds` of its median of `repeat` calls; the rounds alternate between the names.

@@ -1,4 +1,5 @@
 """Test set-up: the test folder is importable (model_zoo, parity), shared fixtures."""
+
 from __future__ import annotations
 
 import sys

@@ -7,6 +7,7 @@ this process, not the test run: the parent checks the exit status.
 
 Usage: python tests/export_sizes.py NAME SIZES_JSON [SEED]
 """
+
 from __future__ import annotations
 
 import json
@@ -71,7 +72,10 @@ def main(argv: list[str]) -> int:
         except nx.EpError as exc:
             got, got_says = None, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
         rel, off = errors(got, want) if got is not None and want is not None else (None, None)
-        print(json.dumps({"size": [batch, seq], "want": want_says, "got": got_says, "rel": rel, "off": off}), flush=True)
+        print(
+            json.dumps({"size": [batch, seq], "want": want_says, "got": got_says, "rel": rel, "off": off}),
+            flush=True,
+        )
     return 0
 
 

@@ -64,21 +64,34 @@ def cnn(seed: int = 0) -> onnx.ModelProto:
         _init("fc.bias", _f32(rng.standard_normal(10) * 0.1)),
     ]
     nodes = [
-        helper.make_node("Conv", ["x", "conv1.weight", "conv1.bias"], ["c1"], name="conv1",
-                         kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "Conv",
+            ["x", "conv1.weight", "conv1.bias"],
+            ["c1"],
+            name="conv1",
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
         helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
-        helper.make_node("Conv", ["p1", "conv2.weight"], ["c2"], name="conv2",
-                         kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c2", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
-                         ["bn"], name="bn", epsilon=1e-5),
+        helper.make_node(
+            "Conv", ["p1", "conv2.weight"], ["c2"], name="conv2", kernel_shape=[3, 3], pads=[1, 1, 1, 1]
+        ),
+        helper.make_node(
+            "BatchNormalization",
+            ["c2", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
+            ["bn"],
+            name="bn",
+            epsilon=1e-5,
+        ),
         helper.make_node("Relu", ["bn"], ["r2"], name="relu2"),
         helper.make_node("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
         helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1),
         helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1),
     ]
-    graph = helper.make_graph(nodes, "cnn", [_vi("x", [1, 3, 32, 32])], [_vi("logits", [1, 10])],
-                              initializer=inits)
+    graph = helper.make_graph(
+        nodes, "cnn", [_vi("x", [1, 3, 32, 32])], [_vi("logits", [1, 10])], initializer=inits
+    )
     return _model(graph)
 
 
@@ -112,8 +125,9 @@ def mlp(batch="N", seed: int = 1) -> onnx.ModelProto:
         helper.make_node("Add", ["m3", "fc3.bias"], ["logits"], name="fc3/Add"),
         helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1),
     ]
-    graph = helper.make_graph(nodes, "mlp", [_vi("x", [batch, 64])], [_vi("probs", [batch, 10])],
-                              initializer=inits)
+    graph = helper.make_graph(
+        nodes, "mlp", [_vi("x", [batch, 64])], [_vi("probs", [batch, 10])], initializer=inits
+    )
     return _model(graph)
 
 
@@ -146,20 +160,26 @@ def attention_block(seq: int = 16, hidden: int = 64, heads: int = 4, seed: int =
         helper.make_node("Transpose", ["q_4d"], ["q_t"], name="q/Transpose", perm=[0, 2, 1, 3]),  # [1,h,s,hd]
         helper.make_node("Transpose", ["k_4d"], ["k_t"], name="k/Transpose", perm=[0, 2, 3, 1]),  # [1,h,hd,s]
         helper.make_node("Transpose", ["v_4d"], ["v_t"], name="v/Transpose", perm=[0, 2, 1, 3]),  # [1,h,s,hd]
-        helper.make_node("MatMul", ["q_t", "k_t"], ["scores"], name="attn/MatMul_qk"),          # [1,h,s,s]
+        helper.make_node("MatMul", ["q_t", "k_t"], ["scores"], name="attn/MatMul_qk"),  # [1,h,s,s]
         helper.make_node("Div", ["scores", "sqrt_hd"], ["scaled"], name="attn/Div"),
         helper.make_node("Softmax", ["scaled"], ["weights"], name="attn/Softmax", axis=-1),
-        helper.make_node("MatMul", ["weights", "v_t"], ["ctx"], name="attn/MatMul_v"),          # [1,h,s,hd]
+        helper.make_node("MatMul", ["weights", "v_t"], ["ctx"], name="attn/MatMul_v"),  # [1,h,s,hd]
         helper.make_node("Transpose", ["ctx"], ["ctx_t"], name="attn/Transpose", perm=[0, 2, 1, 3]),
         helper.make_node("Reshape", ["ctx_t", "merge_shape"], ["ctx_3d"], name="attn/Reshape"),
         helper.make_node("MatMul", ["ctx_3d", "o.weight"], ["o_mm"], name="o/MatMul"),
         helper.make_node("Add", ["o_mm", "o.bias"], ["o_lin"], name="o/Add"),
         helper.make_node("Add", ["o_lin", "x"], ["resid"], name="residual/Add"),
-        helper.make_node("LayerNormalization", ["resid", "ln.scale", "ln.bias"], ["y"], name="ln",
-                         axis=-1, epsilon=1e-5),
+        helper.make_node(
+            "LayerNormalization", ["resid", "ln.scale", "ln.bias"], ["y"], name="ln", axis=-1, epsilon=1e-5
+        ),
     ]
-    graph = helper.make_graph(nodes, "attention_block", [_vi("x", [1, seq, hidden])],
-                              [_vi("y", [1, seq, hidden])], initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "attention_block",
+        [_vi("x", [1, seq, hidden])],
+        [_vi("y", [1, seq, hidden])],
+        initializer=inits,
+    )
     return _model(graph)
 
 
@@ -193,8 +213,9 @@ def unsupported_op(seed: int = 3) -> onnx.ModelProto:
         helper.make_node("Unsqueeze", ["det", "unsq_axes"], ["det_col"], name="unsqueeze"),
         helper.make_node("Add", ["det_col", "offset"], ["y"], name="add_offset"),
     ]
-    graph = helper.make_graph(nodes, "unsupported_op", [_vi("x", [2, 3, 3])], [_vi("y", [2, 1])],
-                              initializer=inits)
+    graph = helper.make_graph(
+        nodes, "unsupported_op", [_vi("x", [2, 3, 3])], [_vi("y", [2, 1])], initializer=inits
+    )
     return _model(graph)
 
 
@@ -215,10 +236,16 @@ def with_if(seed: int = 4) -> onnx.ModelProto:
             helper.make_node("Add", ["a", "t"], ["then_sum"], name="then/Add"),
             helper.make_node("Relu", ["then_sum"], ["then_out"], name="then/Relu"),
         ],
-        "then_branch", [], [_vi("then_out", [4, 8])])
+        "then_branch",
+        [],
+        [_vi("then_out", [4, 8])],
+    )
     else_graph = helper.make_graph(
         [helper.make_node("Mul", ["a", "t"], ["else_out"], name="else/Mul")],
-        "else_branch", [], [_vi("else_out", [4, 8])])
+        "else_branch",
+        [],
+        [_vi("else_out", [4, 8])],
+    )
     nodes = [
         helper.make_node("MatMul", ["x", "W"], ["xw"], name="pre/MatMul"),
         helper.make_node("Add", ["xw", "b"], ["xwb"], name="pre/Add"),
@@ -226,14 +253,14 @@ def with_if(seed: int = 4) -> onnx.ModelProto:
         helper.make_node("Tanh", ["x"], ["t"], name="pre/Tanh"),
         helper.make_node("ReduceSum", ["x"], ["s"], name="cond/ReduceSum", keepdims=0),
         helper.make_node("Greater", ["s", "zero"], ["cond"], name="cond/Greater"),
-        helper.make_node("If", ["cond"], ["branch_out"], name="if",
-                         then_branch=then_graph, else_branch=else_graph),
+        helper.make_node(
+            "If", ["cond"], ["branch_out"], name="if", then_branch=then_graph, else_branch=else_graph
+        ),
         helper.make_node("Mul", ["branch_out", "two"], ["scaled"], name="post/Mul"),
         helper.make_node("Add", ["scaled", "x"], ["summed"], name="post/Add"),
         helper.make_node("Sigmoid", ["summed"], ["y"], name="post/Sigmoid"),
     ]
-    graph = helper.make_graph(nodes, "with_if", [_vi("x", [4, 8])], [_vi("y", [4, 8])],
-                              initializer=inits)
+    graph = helper.make_graph(nodes, "with_if", [_vi("x", [4, 8])], [_vi("y", [4, 8])], initializer=inits)
     return _model(graph)
 
 

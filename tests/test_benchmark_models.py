@@ -69,7 +69,9 @@ def test_small_variant_checks_and_runs(name):
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_builders_and_inputs_are_deterministic(name):
     kwargs, _ = SMALL[name]
-    assert models.MODELS[name](**kwargs).SerializeToString() == models.MODELS[name](**kwargs).SerializeToString()
+    assert (
+        models.MODELS[name](**kwargs).SerializeToString() == models.MODELS[name](**kwargs).SerializeToString()
+    )
     a, b = models.make_inputs(name, **kwargs), models.make_inputs(name, **kwargs)
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
@@ -141,10 +143,14 @@ def _np_encoder_layer(x, w, p, heads):
     scores = np.exp(scores - scores.max(-1, keepdims=True))
     probs = scores / scores.sum(-1, keepdims=True)
     ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, h)
-    x = _np_layer_norm(lin(ctx, "attn.output") + x, w[f"{p}.attn.layernorm.scale"], w[f"{p}.attn.layernorm.bias"])
+    x = _np_layer_norm(
+        lin(ctx, "attn.output") + x, w[f"{p}.attn.layernorm.scale"], w[f"{p}.attn.layernorm.bias"]
+    )
     up = lin(x, "ffn.up")
     gelu = 0.5 * up * (1 + np.vectorize(erf)(up / math.sqrt(2)))
-    return _np_layer_norm(lin(gelu, "ffn.down") + x, w[f"{p}.ffn.layernorm.scale"], w[f"{p}.ffn.layernorm.bias"])
+    return _np_layer_norm(
+        lin(gelu, "ffn.down") + x, w[f"{p}.ffn.layernorm.scale"], w[f"{p}.ffn.layernorm.bias"]
+    )
 
 
 def test_transformer_block_matches_numpy():

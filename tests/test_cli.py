@@ -1,13 +1,14 @@
 """The nxrt-tvm command: plan (text and JSON) and run --check, on the bundled and given models."""
+
 from __future__ import annotations
 
 import json
 
+import model_zoo
 import numpy as np
 import onnx
 import pytest
 
-import model_zoo
 from nxrt_tvm.cli import main
 
 
@@ -33,7 +34,10 @@ def test_run_check_with_inputs_file(capsys, tmp_path):
     path = tmp_path / "mlp.onnx"
     onnx.save(model_zoo.mlp(), path)
     np.savez(tmp_path / "in.npz", x=np.ones((3, 64), np.float32))
-    assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--check", "--repeat", "2", "--json"]) == 0
+    assert (
+        main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--check", "--repeat", "2", "--json"])
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["check"]["ok"] and report["outputs"]["probs"] == [3, 10]
     assert report["latency_ms"]["ratio"] > 0
@@ -66,7 +70,21 @@ def test_run_check_agrees_when_both_runtimes_refuse_a_size(capsys):
     """torch_encoder at batch 0: onnxruntime refuses it (a Reshape of the empty batch), and so does nxrt-tvm."""
     from parity import DATA
 
-    assert main(["run", str(DATA / "torch_encoder.onnx"), "--check", "--dim", "batch=0,2", "--repeat", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(DATA / "torch_encoder.onnx"),
+                "--check",
+                "--dim",
+                "batch=0,2",
+                "--repeat",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     first, second = json.loads(capsys.readouterr().out)["check"]["sizes"]
     assert first["ok"] and first["nxrt_tvm_error"] and first["onnxruntime_error"]
     assert second["ok"] and "outputs" in second
@@ -100,17 +118,26 @@ def test_kernel_variants_are_reported_per_partition_by_name(capsys, tmp_path):
     """A partition whose outputs nothing uses has no kernel: it must not shift the variants onto the wrong partition."""
     from onnx import TensorProto, helper
 
-    nodes = [helper.make_node("Celu", ["x"], ["dead"], name="unused_celu"), helper.make_node("Relu", ["x"], ["r"]),
-             helper.make_node("Exp", ["r"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])])
+    nodes = [
+        helper.make_node("Celu", ["x"], ["dead"], name="unused_celu"),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Exp", ["r"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+    )
     path = tmp_path / "dead.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     assert main(["run", str(path), "--json"]) == 0
     partitions = json.loads(capsys.readouterr().out)["plan"]["partitions"]
     dead, live = partitions
     assert dead["ep"] == "CPUExecutionProvider" and not dead["outputs"] and not dead["kernels"]
-    assert live["ep"] == "TvmExecutionProvider" and [k["variant"] for k in live["kernels"]] == ["default:injective"]
+    assert live["ep"] == "TvmExecutionProvider" and [k["variant"] for k in live["kernels"]] == [
+        "default:injective"
+    ]
 
 
 def test_plan_shows_kernel_variants(capsys):
@@ -126,10 +153,16 @@ def test_bad_dim_is_a_clear_error(capsys):
 def test_conv_algorithm_option_reaches_the_compile(capsys, tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
-    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], [weight])
+    weight = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype(np.float32), "w"
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+        [weight],
+    )
     path = tmp_path / "conv.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     kernels = {}
@@ -137,7 +170,11 @@ def test_conv_algorithm_option_reaches_the_compile(capsys, tmp_path):
         assert main(["plan", str(path), "--conv-algorithm", algorithm, "--json"]) == 0
         plan = json.loads(capsys.readouterr().out)
         kernels[algorithm] = " ".join(v["name"] for p in plan["partitions"] for v in p.get("kernels", []))
-    assert "winograd" in kernels["auto"] and "winograd" not in kernels["direct"] and "conv2d" in kernels["direct"]
+    assert (
+        "winograd" in kernels["auto"]
+        and "winograd" not in kernels["direct"]
+        and "conv2d" in kernels["direct"]
+    )
     with pytest.raises(SystemExit) as exit_info:  # argparse's usage error, naming the choices
         main(["plan", str(path), "--conv-algorithm", "fft"])
     assert exit_info.value.code == 2 and "choose from 'auto', 'direct'" in capsys.readouterr().err

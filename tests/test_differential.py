@@ -8,6 +8,7 @@ differs); integer and bool results, and every shape op, must be exact; dtypes an
 always equal. Example counts are bounded and derandomized (same examples every run), so
 the module stays under a minute on 2 cores.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,9 +21,9 @@ from hypothesis import strategies as st  # noqa: E402
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper as h  # noqa: E402
 from onnx import numpy_helper as nh  # noqa: E402
+from parity import ort_run  # noqa: E402
 
 import nxrt_tvm as nx  # noqa: E402
-from parity import ort_run  # noqa: E402
 
 OPSET = 17
 EXAMPLES = 15
@@ -40,7 +41,9 @@ def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
     graph = h.make_graph(nodes, "diff", inputs, outputs, list(inits))
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
     model.ir_version = 8
-    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)  # fills the output shapes the checker wants
+    model = onnx.shape_inference.infer_shapes(
+        model, strict_mode=True
+    )  # fills the output shapes the checker wants
     onnx.checker.check_model(model)
     return model
 
@@ -69,7 +72,7 @@ shapes = st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple)
 def _broadcast_partner(draw, shape):
     """A shape that broadcasts against `shape`: a suffix, with some dims set to 1."""
     k = draw(st.integers(0, len(shape)))
-    return tuple(1 if draw(st.booleans()) else d for d in shape[len(shape) - k:])
+    return tuple(1 if draw(st.booleans()) else d for d in shape[len(shape) - k :])
 
 
 def _array(draw, shape, dtype, lo=-3.0, hi=3.0):
@@ -123,8 +126,17 @@ def test_elementwise(case):
 
 # -- reductions -------------------------------------------------------------------------------
 
-REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-          "ReduceLogSumExp", "ReduceSumSquare"]
+REDUCE = [
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+]
 
 
 @st.composite
@@ -135,8 +147,13 @@ def reduction_models(draw):
     kind = draw(st.sampled_from(REDUCE + ["ArgMax", "ArgMin", "Softmax", "LogSoftmax"]))
     inits = []
     if kind in REDUCE:
-        axes = sorted(draw(st.sets(st.integers(-rank, rank - 1), min_size=1, max_size=rank).filter(
-            lambda s: len({a % rank for a in s}) == len(s))))
+        axes = sorted(
+            draw(
+                st.sets(st.integers(-rank, rank - 1), min_size=1, max_size=rank).filter(
+                    lambda s: len({a % rank for a in s}) == len(s)
+                )
+            )
+        )
         keepdims = draw(st.integers(0, 1))
         if kind == "ReduceSum":  # axes is an input since opset 13
             inits.append(nh.from_array(np.array(axes, np.int64), "axes"))
@@ -145,8 +162,9 @@ def reduction_models(draw):
             node = h.make_node(kind, ["x"], ["out"], axes=axes, keepdims=keepdims)
         elem = T.FLOAT
     elif kind in ("ArgMax", "ArgMin"):
-        node = h.make_node(kind, ["x"], ["out"], axis=draw(st.integers(-rank, rank - 1)),
-                           keepdims=draw(st.integers(0, 1)))
+        node = h.make_node(
+            kind, ["x"], ["out"], axis=draw(st.integers(-rank, rank - 1)), keepdims=draw(st.integers(0, 1))
+        )
         elem = T.INT64
     else:
         node = h.make_node(kind, ["x"], ["out"], axis=draw(st.integers(-rank, rank - 1)))
@@ -187,10 +205,21 @@ def matmul_conv_models(draw):
         a = _array(draw, (k, m) if ta else (m, k), np.float32)
         w = _array(draw, (n, k) if tb else (k, n), np.float32)
         c = _array(draw, (n,), np.float32)
-        node = h.make_node("Gemm", ["a", "w", "c"], ["out"], transA=ta, transB=tb,
-                           alpha=draw(st.sampled_from([1.0, 0.5])), beta=draw(st.sampled_from([1.0, 2.0])))
-        return _model([node], [_vi("a", T.FLOAT, a.shape)], [_vi("out", T.FLOAT, None)],
-                      [nh.from_array(w, "w"), nh.from_array(c, "c")]), {"a": a}
+        node = h.make_node(
+            "Gemm",
+            ["a", "w", "c"],
+            ["out"],
+            transA=ta,
+            transB=tb,
+            alpha=draw(st.sampled_from([1.0, 0.5])),
+            beta=draw(st.sampled_from([1.0, 2.0])),
+        )
+        return _model(
+            [node],
+            [_vi("a", T.FLOAT, a.shape)],
+            [_vi("out", T.FLOAT, None)],
+            [nh.from_array(w, "w"), nh.from_array(c, "c")],
+        ), {"a": a}
     group = draw(st.sampled_from([1, 1, 2]))
     cin, cout = group * draw(st.integers(1, 3)), group * draw(st.integers(1, 3))
     kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
@@ -201,14 +230,27 @@ def matmul_conv_models(draw):
     x = _array(draw, (1, cin, hh, ww), np.float32)
     w = _array(draw, (cout, cin // group, kh, kw), np.float32)
     b = _array(draw, (cout,), np.float32)
-    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], group=group, strides=[stride, stride],
-                         dilations=[dil, dil], pads=[pad] * 4)]
+    nodes = [
+        h.make_node(
+            "Conv",
+            ["x", "w", "b"],
+            ["c"],
+            group=group,
+            strides=[stride, stride],
+            dilations=[dil, dil],
+            pads=[pad] * 4,
+        )
+    ]
     if draw(st.booleans()):
         nodes.append(h.make_node("Relu", ["c"], ["out"]))
     else:
         nodes.append(h.make_node("Identity", ["c"], ["out"]))
-    return _model(nodes, [_vi("x", T.FLOAT, x.shape)], [_vi("out", T.FLOAT, None)],
-                  [nh.from_array(w, "w"), nh.from_array(b, "b")]), {"x": x}
+    return _model(
+        nodes,
+        [_vi("x", T.FLOAT, x.shape)],
+        [_vi("out", T.FLOAT, None)],
+        [nh.from_array(w, "w"), nh.from_array(b, "b")],
+    ), {"x": x}
 
 
 @SETTINGS
@@ -228,7 +270,11 @@ def shape_models(draw):
     dtype = draw(st.sampled_from([np.float32, np.int64]))
     elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     x = _array(draw, shape, dtype)
-    kind = draw(st.sampled_from(["Transpose", "Reshape", "Flatten", "Slice", "Concat", "Unsqueeze", "Squeeze", "Expand"]))
+    kind = draw(
+        st.sampled_from(
+            ["Transpose", "Reshape", "Flatten", "Slice", "Concat", "Unsqueeze", "Squeeze", "Expand"]
+        )
+    )
     inits, inputs, feeds = [], [_vi("x", elem, shape)], {"x": x}
     if kind == "Transpose":
         perm = draw(st.permutations(list(range(rank))))

@@ -18,6 +18,7 @@ buckets (a Log cast to an integer for distances past 8) and int8 dynamic quantis
 structure of the real model that once gave wrong numbers past sequence 8. The slow run (-m slow)
 adds random sizes and seeds.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,29 +34,54 @@ TOLERANCE = {"tiny_bert": (1e-4, 0.0), "torch_encoder": (1e-4, 0.0), "tiny_t5_in
 
 #: export -> (batch, seq) sizes; torch_encoder's sequence is fixed at 16 (its seq entry is unused)
 SIZES = {
-    "tiny_bert": [(1, 1), (1, 8), (2, 8), (3, 12), (1, 64), (2, 64), (1, 65), (1, 128), (2, 4096), (0, 8), (1, 0)],
+    "tiny_bert": [
+        (1, 1),
+        (1, 8),
+        (2, 8),
+        (3, 12),
+        (1, 64),
+        (2, 64),
+        (1, 65),
+        (1, 128),
+        (2, 4096),
+        (0, 8),
+        (1, 0),
+    ],
     "tiny_t5_int8": [(1, 1), (1, 8), (2, 16), (1, 64), (2, 64), (1, 512), (0, 8), (1, 0)],
     "torch_encoder": [(1, 16), (2, 16), (5, 16), (0, 16)],
 }
 
 
 def run_sizes(name: str, sizes, seed: int = 0) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-W", "ignore", str(CHILD), name, json.dumps(sizes), str(seed)],
-                          capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, f"{name}: the process died (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-1500:]}"
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", str(CHILD), name, json.dumps(sizes), str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, (
+        f"{name}: the process died (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-1500:]}"
+    )
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
 def check(name: str, rows: list[dict], sizes) -> None:
     assert [tuple(r["size"]) for r in rows] == [tuple(s) for s in sizes], rows
-    table = "\n".join(f"  {r['size']}: onnxruntime {r['want'][:60]!r}, nxrt-tvm {r['got'][:90]!r}, "
-                      f"rel {r['rel']}, off {r['off']}" for r in rows)
+    table = "\n".join(
+        f"  {r['size']}: onnxruntime {r['want'][:60]!r}, nxrt-tvm {r['got'][:90]!r}, "
+        f"rel {r['rel']}, off {r['off']}"
+        for r in rows
+    )
     worst, share = TOLERANCE[name]
     for r in rows:
         if r["want"] == "ok":
-            assert r["got"] == "ok" and r["rel"] <= worst and r["off"] <= share, f"{name} at {r['size']}:\n{table}"
+            assert r["got"] == "ok" and r["rel"] <= worst and r["off"] <= share, (
+                f"{name} at {r['size']}:\n{table}"
+            )
         else:
-            assert r["got"] != "ok", f"{name} at {r['size']}: onnxruntime refuses it, nxrt-tvm returned numbers\n{table}"
+            assert r["got"] != "ok", (
+                f"{name} at {r['size']}: onnxruntime refuses it, nxrt-tvm returned numbers\n{table}"
+            )
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))
@@ -73,7 +99,13 @@ def test_export_at_random_sizes_and_seeds(name):
     seq = st.just(16) if name == "torch_encoder" else st.integers(1, 64 if name == "tiny_bert" else 600)
     drawn = []
 
-    @settings(max_examples=1, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=1,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.lists(st.tuples(st.integers(1, 4), seq), min_size=24, max_size=24), st.integers(0, 2**16))
     def draw(sizes, seed):
         drawn.append((sizes, seed))

@@ -27,6 +27,7 @@ Each row is a test here, or the named test elsewhere (not repeated):
 | a Slice whose run-time end passes the data (a position table, a too-long sequence) | clamped as onnxruntime does | tests/test_frontend.py::test_slice_with_a_symbolic_end_past_the_data_is_clamped |
 | exports fed too-long (65, 128, 4096), zero-size (batch 0, seq 0) and ordinary sizes (1..512) | onnxruntime's numbers, or a typed error where it refuses; never a signal | tests/test_exports.py (subprocess per export) |
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,16 +38,16 @@ import textwrap
 import threading
 from pathlib import Path
 
+import model_zoo
 import numpy as np
-import onnxruntime
 import onnx
+import onnxruntime
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
-
-import model_zoo
-import nxrt_tvm as nx
 from parity import ort_run
+
+import nxrt_tvm as nx
 from nxrt_tvm.epcontext.codec import is_ep_context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,19 +147,27 @@ def test_array_layouts_give_the_same_result(mixed, layout):
 
 
 def _relu(opset: int = 17) -> onnx.ModelProto:
-    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                         [h.make_tensor_value_info("y", T.FLOAT, [2])])
+    graph = h.make_graph(
+        [h.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
 
 
-@pytest.mark.parametrize("source, message", [
-    (b"\x00\xff" * 100, "cannot read model bytes"),
-    (b"this is not an onnx model\n", "cannot read model bytes"),
-    (_relu().SerializeToString()[:-7], "cannot read model bytes"),
-    (b"", "ir_version"),
-    ("/nonexistent/model.onnx", "does not exist"),
-    (None, "cannot read None"),
-], ids=["garbage", "text", "truncated", "empty", "missing-file", "none"])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (b"\x00\xff" * 100, "cannot read model bytes"),
+        (b"this is not an onnx model\n", "cannot read model bytes"),
+        (_relu().SerializeToString()[:-7], "cannot read model bytes"),
+        (b"", "ir_version"),
+        ("/nonexistent/model.onnx", "does not exist"),
+        (None, "cannot read None"),
+    ],
+    ids=["garbage", "text", "truncated", "empty", "missing-file", "none"],
+)
 def test_not_onnx_is_invalid_model(source, message):
     with pytest.raises(nx.InvalidModel, match=message):
         nx.InferenceSession(source)
@@ -174,8 +183,12 @@ def test_not_onnx_files_are_invalid_model(tmp_path):
 
 
 def _graph_model(nodes) -> onnx.ModelProto:
-    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                         [h.make_tensor_value_info("y", T.FLOAT, [2])])
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
 
 
@@ -186,13 +199,29 @@ def _edited(edit) -> onnx.ModelProto:
 
 
 CHECKER_FAILURES = {
-    "unknown-op": (lambda: _edited(lambda m: setattr(m.graph.node[0], "op_type", "NoSuchOp")), "No Op registered"),
+    "unknown-op": (
+        lambda: _edited(lambda m: setattr(m.graph.node[0], "op_type", "NoSuchOp")),
+        "No Op registered",
+    ),
     "empty-op-type": (lambda: _edited(lambda m: m.graph.node[0].ClearField("op_type")), "op_type"),
-    "dangling-input": (lambda: _edited(lambda m: m.graph.node[0].input.__setitem__(0, "nothere")), "topologically sorted"),
-    "cycle": (lambda: _graph_model([h.make_node("Relu", ["b"], ["a"]), h.make_node("Relu", ["a"], ["b"]),
-                                    h.make_node("Relu", ["x"], ["y"])]), "topologically sorted"),
-    "two-producers": (lambda: _graph_model([h.make_node("Relu", ["x"], ["y"]), h.make_node("Relu", ["x"], ["y"])]),
-                      "single static assignment"),
+    "dangling-input": (
+        lambda: _edited(lambda m: m.graph.node[0].input.__setitem__(0, "nothere")),
+        "topologically sorted",
+    ),
+    "cycle": (
+        lambda: _graph_model(
+            [
+                h.make_node("Relu", ["b"], ["a"]),
+                h.make_node("Relu", ["a"], ["b"]),
+                h.make_node("Relu", ["x"], ["y"]),
+            ]
+        ),
+        "topologically sorted",
+    ),
+    "two-producers": (
+        lambda: _graph_model([h.make_node("Relu", ["x"], ["y"]), h.make_node("Relu", ["x"], ["y"])]),
+        "single static assignment",
+    ),
     "no-opset": (lambda: _edited(lambda m: m.ClearField("opset_import")), "opset_import"),
     "future-ir": (lambda: _edited(lambda m: setattr(m, "ir_version", 99)), "ir_version 99"),
 }
@@ -207,18 +236,28 @@ def test_checker_failure_is_invalid_model(case):
 
 def test_output_type_contradicting_inference_is_refused():
     """A float Add declared int64: refused at load, as onnxruntime does (not computed and returned as int64)."""
-    graph = h.make_graph([h.make_node("Add", ["x", "x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                         [h.make_tensor_value_info("y", T.INT64, [2])])
+    graph = h.make_graph(
+        [h.make_node("Add", ["x", "x"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.INT64, [2])],
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.Fail, match="Type Error"):
         onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     with pytest.raises(nx.InvalidModel, match="declared type contradicts"):
         nx.InferenceSession(model)
     # A declared shape that disagrees is only a warning, as in onnxruntime: the model still runs, right.
-    graph = h.make_graph([h.make_node("Add", ["x", "x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                         [h.make_tensor_value_info("y", T.FLOAT, [3])])
+    graph = h.make_graph(
+        [h.make_node("Add", ["x", "x"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [3])],
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    np.testing.assert_array_equal(nx.InferenceSession(model).run(None, {"x": np.ones(2, np.float32)})[0], [2, 2])
+    np.testing.assert_array_equal(
+        nx.InferenceSession(model).run(None, {"x": np.ones(2, np.float32)})[0], [2, 2]
+    )
 
 
 # -- blobs -----------------------------------------------------------------------------------
@@ -279,7 +318,9 @@ _LOAD_IN_CHILD = textwrap.dedent("""
 
 def _load_in_child(path: Path) -> subprocess.CompletedProcess:
     code = _LOAD_IN_CHILD.format(root=str(ROOT), path=str(path))
-    return subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.parametrize("mode", ["garbage", "truncated", "zeroed"])
@@ -316,8 +357,16 @@ def _crash_on_tanh(how: str):
 
 
 def _chain_model():
-    graph = h.make_graph([h.make_node("Relu", ["x"], ["a"]), h.make_node("Tanh", ["a"], ["b"]), h.make_node("Sigmoid", ["b"], ["y"])],
-                         "chain", [h.make_tensor_value_info("x", T.FLOAT, [4, 8])], [h.make_tensor_value_info("y", T.FLOAT, [4, 8])])
+    graph = h.make_graph(
+        [
+            h.make_node("Relu", ["x"], ["a"]),
+            h.make_node("Tanh", ["a"], ["b"]),
+            h.make_node("Sigmoid", ["b"], ["y"]),
+        ],
+        "chain",
+        [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+        [h.make_tensor_value_info("y", T.FLOAT, [4, 8])],
+    )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
 
 
@@ -421,9 +470,15 @@ def test_out_of_range_indices_fed_at_run_time_raise():
 
     Runs in a child process so that a regression crashes the child, not the test run.
     """
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _OOB_CHILD.format(root=str(ROOT))],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"the process died (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-600:]}"
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _OOB_CHILD.format(root=str(ROOT))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (
+        f"the process died (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-600:]}"
+    )
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
     assert len(lines) == 6, proc.stdout
     for name, outcome in lines.items():

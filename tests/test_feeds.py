@@ -1,10 +1,11 @@
 """Bad feeds get typed errors that say what was wrong and what to do."""
+
 from __future__ import annotations
 
+import model_zoo
 import numpy as np
 import pytest
 
-import model_zoo
 import nxrt_tvm as nx
 
 

@@ -3,6 +3,7 @@
 Each test fails on TVM's own converter: TVM's Slice reads past the data (garbage values, shape
 [1, 128] from a [1, 64] table), TVM's gathers and scatters read and write out of bounds.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,31 +12,36 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
+from parity import ort_run
 
 import nxrt_tvm as nx
+from nxrt_tvm.api.device import DeviceId, DeviceType
+from nxrt_tvm.api.tensor import TensorView
 from nxrt_tvm.frontend import convert_map, import_onnx, parse_guard_failure
 from nxrt_tvm.graph.model import ValueInfo
 from nxrt_tvm.lower.build import build_executable
 from nxrt_tvm.lower.kernel import TvmKernel
 from nxrt_tvm.lower.target import make_target
-from nxrt_tvm.api.device import DeviceId, DeviceType
-from nxrt_tvm.api.tensor import TensorView
-from parity import ort_run
 
 TVM = "TvmExecutionProvider"
 TABLE = np.arange(64, dtype=np.int64)[None]  # a position-id buffer, as BERT exports carry
 
 
 def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
-    model = h.make_model(h.make_graph(nodes, "g", inputs, outputs, list(inits)), opset_imports=[h.make_opsetid("", 17)])
+    model = h.make_model(
+        h.make_graph(nodes, "g", inputs, outputs, list(inits)), opset_imports=[h.make_opsetid("", 17)]
+    )
     model.ir_version = 8
     return onnx.shape_inference.infer_shapes(model)
 
 
 def _seq_len_nodes() -> list:
     """n = Shape(x)[1], as an Unsqueezed [1] tensor: a size computed from the input's shape."""
-    return [h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "one"], ["n"], axis=0),
-            h.make_node("Unsqueeze", ["n", "zero"], ["e"])]
+    return [
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Gather", ["s", "one"], ["n"], axis=0),
+        h.make_node("Unsqueeze", ["n", "zero"], ["e"]),
+    ]
 
 
 _SEQ_INITS = [nh.from_array(np.array(1, np.int64), "one"), nh.from_array(np.array([0], np.int64), "zero")]
@@ -44,8 +50,12 @@ _SEQ_INITS = [nh.from_array(np.array(1, np.int64), "one"), nh.from_array(np.arra
 def _position_slice() -> onnx.ModelProto:
     nodes = [*_seq_len_nodes(), h.make_node("Slice", ["P", "zero", "e", "one1"], ["y"])]
     inits = [*_SEQ_INITS, nh.from_array(TABLE, "P"), nh.from_array(np.array([1], np.int64), "one1")]
-    return _model(nodes, [h.make_tensor_value_info("x", T.INT64, [1, "s"])],
-                  [h.make_tensor_value_info("y", T.INT64, [1, None])], inits)
+    return _model(
+        nodes,
+        [h.make_tensor_value_info("x", T.INT64, [1, "s"])],
+        [h.make_tensor_value_info("y", T.INT64, [1, None])],
+        inits,
+    )
 
 
 @pytest.mark.parametrize("seq", [1, 30, 64, 65, 128])
@@ -62,12 +72,23 @@ def test_slice_with_a_symbolic_end_past_the_data_is_clamped(seq):
 def _position_gather() -> onnx.ModelProto:
     """Embedding rows for the first `seq` position ids of a 64-entry buffer, from a 32-row table: in range
     up to seq 32 only. The indices are computed from the input's shape and a constant."""
-    nodes = [*_seq_len_nodes(), h.make_node("Slice", ["P", "zero", "e", "one1"], ["pos"]),
-             h.make_node("Gather", ["E", "pos"], ["y"], axis=0, name="position_embeddings")]
-    inits = [*_SEQ_INITS, nh.from_array(TABLE, "P"), nh.from_array(np.array([1], np.int64), "one1"),
-             nh.from_array(np.arange(32 * 4, dtype=np.float32).reshape(32, 4), "E")]
-    return _model(nodes, [h.make_tensor_value_info("x", T.INT64, [1, "s"])],
-                  [h.make_tensor_value_info("y", T.FLOAT, [1, None, 4])], inits)
+    nodes = [
+        *_seq_len_nodes(),
+        h.make_node("Slice", ["P", "zero", "e", "one1"], ["pos"]),
+        h.make_node("Gather", ["E", "pos"], ["y"], axis=0, name="position_embeddings"),
+    ]
+    inits = [
+        *_SEQ_INITS,
+        nh.from_array(TABLE, "P"),
+        nh.from_array(np.array([1], np.int64), "one1"),
+        nh.from_array(np.arange(32 * 4, dtype=np.float32).reshape(32, 4), "E"),
+    ]
+    return _model(
+        nodes,
+        [h.make_tensor_value_info("x", T.INT64, [1, "s"])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, None, 4])],
+        inits,
+    )
 
 
 def test_indices_computed_from_shapes_are_bounds_checked():
@@ -79,7 +100,10 @@ def test_indices_computed_from_shapes_are_bounds_checked():
     too_long = {"x": np.ones((1, 40), np.int64)}
     with pytest.raises(Exception, match="out of data bounds"):
         ort_run(model, too_long)
-    with pytest.raises(nx.IndexOutOfBounds, match=r"Gather node 'position_embeddings': an index in 'pos' is outside .* n = \[32\]") as err:
+    with pytest.raises(
+        nx.IndexOutOfBounds,
+        match=r"Gather node 'position_embeddings': an index in 'pos' is outside .* n = \[32\]",
+    ) as err:
         sess.run(None, too_long)
     assert err.value.node == "position_embeddings"
 
@@ -91,28 +115,80 @@ _U = np.ones((1, 3), np.float32)
 
 #: op, node, extra inputs, indices shape, good indices, bad indices, the bad one reported
 GUARDED = {
-    "Gather": (h.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g"), [], [2], [0, -4], [0, 4], (4, (1,))),
-    "Gather-int32": (h.make_node("Gather", ["x", "i"], ["y"], axis=1, name="g"), [], [2], [2, -3], [-4, 0], (-4, (0,))),
-    "Gather-huge": (h.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g"), [], [2], [3, 1], [0, 1 << 40], (1 << 40, (1,))),
-    "GatherElements": (h.make_node("GatherElements", ["x", "i"], ["y"], axis=0, name="g"), [], [1, 3],
-                       [[0, 3, -1]], [[0, 1 << 40, 2]], (1 << 40, (0, 1))),
-    "GatherND": (h.make_node("GatherND", ["x", "i"], ["y"], name="g"), [], [2, 2], [[0, 2], [-1, -3]], [[0, 0], [1, 3]], None),
-    "ScatterElements": (h.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=0, name="g"), ["u"], [1, 3],
-                        [[0, 1, -1]], [[0, 7, 2]], (7, (0, 1))),
-    "ScatterND": (h.make_node("ScatterND", ["x", "i", "u"], ["y"], name="g"), ["u"], [1, 1], [[-1]], [[4]], (4, (0, 0))),
+    "Gather": (
+        h.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g"),
+        [],
+        [2],
+        [0, -4],
+        [0, 4],
+        (4, (1,)),
+    ),
+    "Gather-int32": (
+        h.make_node("Gather", ["x", "i"], ["y"], axis=1, name="g"),
+        [],
+        [2],
+        [2, -3],
+        [-4, 0],
+        (-4, (0,)),
+    ),
+    "Gather-huge": (
+        h.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g"),
+        [],
+        [2],
+        [3, 1],
+        [0, 1 << 40],
+        (1 << 40, (1,)),
+    ),
+    "GatherElements": (
+        h.make_node("GatherElements", ["x", "i"], ["y"], axis=0, name="g"),
+        [],
+        [1, 3],
+        [[0, 3, -1]],
+        [[0, 1 << 40, 2]],
+        (1 << 40, (0, 1)),
+    ),
+    "GatherND": (
+        h.make_node("GatherND", ["x", "i"], ["y"], name="g"),
+        [],
+        [2, 2],
+        [[0, 2], [-1, -3]],
+        [[0, 0], [1, 3]],
+        None,
+    ),
+    "ScatterElements": (
+        h.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=0, name="g"),
+        ["u"],
+        [1, 3],
+        [[0, 1, -1]],
+        [[0, 7, 2]],
+        (7, (0, 1)),
+    ),
+    "ScatterND": (
+        h.make_node("ScatterND", ["x", "i", "u"], ["y"], name="g"),
+        ["u"],
+        [1, 1],
+        [[-1]],
+        [[4]],
+        (4, (0, 0)),
+    ),
 }
 
 
 def _guarded_kernel(case: str):
     node, extra, ishape, *_ = GUARDED[case]
     idtype = np.int32 if case.endswith("int32") else np.int64
-    inputs = [h.make_tensor_value_info("x", T.FLOAT, [4, 3]),
-              h.make_tensor_value_info("i", T.INT32 if idtype is np.int32 else T.INT64, ishape)]
+    inputs = [
+        h.make_tensor_value_info("x", T.FLOAT, [4, 3]),
+        h.make_tensor_value_info("i", T.INT32 if idtype is np.int32 else T.INT64, ishape),
+    ]
     inputs += [h.make_tensor_value_info("u", T.FLOAT, [1, 3])] if extra else []
     model = _model([node], inputs, [h.make_tensor_value_info("y", T.FLOAT, None)])
     target = make_target("llvm")
     ex = build_executable(import_onnx(model), target)
-    ins = [ValueInfo("x", T.FLOAT, (4, 3)), ValueInfo("i", T.INT32 if idtype is np.int32 else T.INT64, tuple(ishape))]
+    ins = [
+        ValueInfo("x", T.FLOAT, (4, 3)),
+        ValueInfo("i", T.INT32 if idtype is np.int32 else T.INT64, tuple(ishape)),
+    ]
     ins += [ValueInfo("u", T.FLOAT, (1, 3))] if extra else []
     kernel = TvmKernel(ex, DeviceId(DeviceType.CPU, 0), "k", ins, [ValueInfo("y", T.FLOAT, None)])
     return model, kernel, idtype
@@ -128,7 +204,9 @@ def test_run_time_indices_are_guarded(case):
     feeds["i"] = np.array(bad, idtype)
     with pytest.raises(Exception):
         ort_run(model, feeds)
-    with pytest.raises(nx.IndexOutOfBounds, match=f"{GUARDED[case][0].op_type} node 'g': an index in 'i'") as err:
+    with pytest.raises(
+        nx.IndexOutOfBounds, match=f"{GUARDED[case][0].op_type} node 'g': an index in 'i'"
+    ) as err:
         kernel.compute([TensorView(feeds[n]) for n in kernel.input_names])
     assert err.value.node == "g"
     if reported is not None:
@@ -137,8 +215,10 @@ def test_run_time_indices_are_guarded(case):
 
 
 def test_guard_failures_parse_back():
-    said = parse_guard_failure("IndexError: nxrt-index-guard: Gather node 'a/b': an index in 'ids' is outside "
-                               "[-n, n) of the data dims n = [1000, s]")
+    said = parse_guard_failure(
+        "IndexError: nxrt-index-guard: Gather node 'a/b': an index in 'ids' is outside "
+        "[-n, n) of the data dims n = [1000, s]"
+    )
     assert (said.node, said.indices, said.extents) == ("a/b", "ids", (1000, None))
     assert parse_guard_failure("some other TVM error") is None
 
@@ -149,7 +229,15 @@ def test_the_convert_map_is_tvms_with_our_overrides():
     ours = convert_map()
     assert set(ours) == set(onnx_frontend._get_convert_map())
     assert {op for op, conv in ours.items() if conv is not onnx_frontend._get_convert_map()[op]} == {
-        "Slice", "BitShift", "Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}
+        "Slice",
+        "BitShift",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Scatter",
+        "ScatterElements",
+        "ScatterND",
+    }
     assert onnx_frontend._get_convert_map()["Slice"] is onnx_frontend.Slice  # installed only while importing
 
 
@@ -159,9 +247,12 @@ def test_bitshift_by_amounts_outside_the_width_is_defined(dtype, opset, directio
     """Shifts by >= the bit width (and negative ones, for signed types) fed at run time: LLVM leaves them
     undefined (AVX2 gave int8 4 >> 9 == 4); ONNX gives 0, or the sign fill for a signed right shift."""
     elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    graph = h.make_graph([h.make_node("BitShift", ["x", "y"], ["z"], direction=direction)], "g",
-                         [h.make_tensor_value_info("x", elem, [8]), h.make_tensor_value_info("y", elem, [8])],
-                         [h.make_tensor_value_info("z", elem, [8])])
+    graph = h.make_graph(
+        [h.make_node("BitShift", ["x", "y"], ["z"], direction=direction)],
+        "g",
+        [h.make_tensor_value_info("x", elem, [8]), h.make_tensor_value_info("y", elem, [8])],
+        [h.make_tensor_value_info("z", elem, [8])],
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
     model.ir_version = 8 if opset < 21 else 10
     bits = np.dtype(dtype).itemsize * 8

@@ -29,6 +29,7 @@ each partition compiled in a forked child, so a TVM crash would be a decline, no
 
     onnxruntime alone: the same cases through `_ort_passes` (python -c "import test_onnx_backend as t; ...").
 """
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,8 @@ import zlib
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 import onnx.backend.test
+import pytest
 
 import nxrt_tvm.backend as nx_backend
 
@@ -60,15 +60,23 @@ for _cls in BACKEND_TEST.test_cases.values():
             CASES[_name] = (_cls, _name)
 del _cls, _name  # a TestCase class left at module level would be collected as tests
 
-LIGHT_MODELS = {"test_bvlc_alexnet_cpu", "test_densenet121_cpu", "test_inception_v1_cpu", "test_inception_v2_cpu",
-                "test_resnet50_cpu", "test_shufflenet_cpu", "test_squeezenet_cpu", "test_vgg19_cpu", "test_zfnet512_cpu"}
+LIGHT_MODELS = {
+    "test_bvlc_alexnet_cpu",
+    "test_densenet121_cpu",
+    "test_inception_v1_cpu",
+    "test_inception_v2_cpu",
+    "test_resnet50_cpu",
+    "test_shufflenet_cpu",
+    "test_squeezenet_cpu",
+    "test_vgg19_cpu",
+    "test_zfnet512_cpu",
+}
 DEFAULT_MODELS = {"test_squeezenet_cpu"}
 
 #: Failures onnxruntime does not have, caused outside the claim rules: pattern -> (reason, owner).
 KNOWN_GAPS: dict[str, str] = {
-    r"^test_attention_4d_causal_fp16_expanded_cpu$":
-        "float16 chain (mask Add, scale Mul/Div around a fallback Softmax) off by 2 float16 ulps (rtol 1e-3): "
-        "TVM rounds fused float16 intermediates differently; no single op is the culprit (bisected)",
+    r"^test_attention_4d_causal_fp16_expanded_cpu$": "float16 chain (mask Add, scale Mul/Div around a fallback Softmax) off by 2 float16 ulps (rtol 1e-3): "
+    "TVM rounds fused float16 intermediates differently; no single op is the culprit (bisected)",
 }
 
 #: Failures recognised by their message, whatever the case (also only where onnxruntime passes).
@@ -181,8 +189,11 @@ def test_support_profile_claims_sample_is_current():
     tool = _profile_tool()
     stored = json.loads(tool.PROFILE.read_text())["claims_sample"]
     fresh = json.loads(json.dumps(tool.sample_of(tool.claim_cases(tool.sample_names(), progress=False))))
-    changed = {name: {"stored": stored.get(name), "now": fresh.get(name)}
-               for name in sorted(set(stored) | set(fresh)) if stored.get(name) != fresh.get(name)}
+    changed = {
+        name: {"stored": stored.get(name), "now": fresh.get(name)}
+        for name in sorted(set(stored) | set(fresh))
+        if stored.get(name) != fresh.get(name)
+    }
     assert not changed, (
         f"claims after builds changed in {len(changed)} sampled case(s) ([claimed, nodes]): {changed}; "
         "run `python tools/support_profile.py` (or --sample-only) and commit docs/support_profile.json"
@@ -211,8 +222,12 @@ def test_backend_api_forms():
     a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((2, 3), np.float32)
     (c,) = nx_backend.run_node(node, [a, b])
     np.testing.assert_array_equal(c, a + b)
-    graph = h.make_graph([node], "g", [h.make_tensor_value_info(n, T.FLOAT, [2, 3]) for n in "ab"],
-                         [h.make_tensor_value_info("c", T.FLOAT, [2, 3])])
+    graph = h.make_graph(
+        [node],
+        "g",
+        [h.make_tensor_value_info(n, T.FLOAT, [2, 3]) for n in "ab"],
+        [h.make_tensor_value_info("c", T.FLOAT, [2, 3])],
+    )
     rep = nx_backend.prepare(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), "CPU")
     assert rep.session.plan.nodes_by_ep() == {"TvmExecutionProvider": 1}
     np.testing.assert_array_equal(rep.run({"a": a, "b": b}).c, a + b)

@@ -1,12 +1,13 @@
 """End-to-end parity of InferenceSession with onnxruntime on real (small) models."""
+
 from __future__ import annotations
 
+import model_zoo
 import numpy as np
 import pytest
-
-import model_zoo
-import nxrt_tvm as nx
 from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
 
 TVM = nx.EpId("TvmExecutionProvider")
 CPU = nx.EpId("CPUExecutionProvider")
@@ -109,12 +110,17 @@ def test_node_no_ep_can_run_fails_at_load():
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["a"], name="ok"), helper.make_node("Frobnicate", ["a"], ["y"], name="bad", domain="com.example")],
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="ok"),
+            helper.make_node("Frobnicate", ["a"], ["y"], name="bad", domain="com.example"),
+        ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+    )
     with pytest.raises(nx.NoEpForOp, match="'bad'.*com.example::Frobnicate") as info:
         nx.InferenceSession(model)
     assert any("onnxruntime" in r for r in info.value.reasons)
@@ -131,14 +137,18 @@ def test_intermediates_are_released_after_last_use():
 
 def test_fallback_spins_only_where_it_runs_alone():
     """onnxruntime's pool spins between runs: kept where it runs the whole plan, off where TVM kernels run between."""
+
     def spinning(sess):
         return next(p for p in sess._providers if p.ep_id == "CPUExecutionProvider").spinning
 
     model = model_zoo.unsupported_op()
     assert not spinning(nx.InferenceSession(model))  # TVM partitions around the fallback one
     assert spinning(nx.InferenceSession(model, providers=["CPUExecutionProvider"]))
-    assert not spinning(nx.InferenceSession(model, providers=["CPUExecutionProvider"],
-                                            provider_options=[{"allow_spinning": False}]))
+    assert not spinning(
+        nx.InferenceSession(
+            model, providers=["CPUExecutionProvider"], provider_options=[{"allow_spinning": False}]
+        )
+    )
 
 
 def _misaligned(fill: float) -> np.ndarray:
@@ -151,9 +161,12 @@ def test_a_result_that_is_a_staged_input_survives_the_next_run():
     returns its input (Identity) must hand out a copy, or the first result would change under the caller."""
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     session = nx.InferenceSession(model, providers=["TvmExecutionProvider", "CPUExecutionProvider"])

@@ -59,7 +59,8 @@ class Encoder(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.layer = torch.nn.TransformerEncoderLayer(
-            d_model=D_MODEL, nhead=NHEAD, dim_feedforward=FF, batch_first=True, dropout=0.1)
+            d_model=D_MODEL, nhead=NHEAD, dim_feedforward=FF, batch_first=True, dropout=0.1
+        )
         self.head = torch.nn.Linear(D_MODEL, NUM_CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -80,7 +81,8 @@ def export(out_dir: pathlib.Path, dynamo: bool = False) -> pathlib.Path:
 
     model = build()
     example = torch.from_numpy(
-        np.random.default_rng(SEED).standard_normal((2, SEQ, D_MODEL)).astype(np.float32))
+        np.random.default_rng(SEED).standard_normal((2, SEQ, D_MODEL)).astype(np.float32)
+    )
 
     # The fused "fast path" of TransformerEncoderLayer is only taken when
     # autograd is off and is not traceable; export with grad enabled so the
@@ -90,13 +92,27 @@ def export(out_dir: pathlib.Path, dynamo: bool = False) -> pathlib.Path:
         if dynamo:
             batch = torch.export.Dim("batch", min=1, max=1024)
             torch.onnx.export(
-                model, (example,), str(onnx_path), input_names=["x"], output_names=["logits"],
-                opset_version=OPSET, dynamo=True, dynamic_shapes={"x": {0: batch}}, external_data=False)
+                model,
+                (example,),
+                str(onnx_path),
+                input_names=["x"],
+                output_names=["logits"],
+                opset_version=OPSET,
+                dynamo=True,
+                dynamic_shapes={"x": {0: batch}},
+                external_data=False,
+            )
         else:
             torch.onnx.export(
-                model, (example,), str(onnx_path), input_names=["x"], output_names=["logits"],
-                opset_version=OPSET, dynamo=False,
-                dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+                model,
+                (example,),
+                str(onnx_path),
+                input_names=["x"],
+                output_names=["logits"],
+                opset_version=OPSET,
+                dynamo=False,
+                dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+            )
 
     m = onnx.load(str(onnx_path))
     onnx.checker.check_model(m, full_check=True)
@@ -113,8 +129,10 @@ def export(out_dir: pathlib.Path, dynamo: bool = False) -> pathlib.Path:
         raise SystemExit(f"onnxruntime output differs from torch: max abs err {err}")
     np.savez(npz_path, x=x, y=y_torch)
 
-    print(f"wrote {onnx_path} ({onnx_path.stat().st_size} bytes, {len(m.graph.node)} nodes, "
-          f"ops={sorted({n.op_type for n in m.graph.node})})")
+    print(
+        f"wrote {onnx_path} ({onnx_path.stat().st_size} bytes, {len(m.graph.node)} nodes, "
+        f"ops={sorted({n.op_type for n in m.graph.node})})"
+    )
     print(f"wrote {npz_path} ({npz_path.stat().st_size} bytes); ORT vs torch max abs err {err:.2e}")
     return onnx_path
 
@@ -142,8 +160,15 @@ def export_tiny_bert(out_dir: pathlib.Path) -> pathlib.Path | None:
     npz_path = out_dir / "tiny_bert.npz"
 
     torch.manual_seed(SEED)
-    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=128, max_position_embeddings=64, attn_implementation="eager")
+    cfg = BertConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     bert = BertModel(cfg).eval()
 
     class Wrapper(torch.nn.Module):
@@ -162,12 +187,20 @@ def export_tiny_bert(out_dir: pathlib.Path) -> pathlib.Path | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, (ids, mask), str(onnx_path),
+            model,
+            (ids, mask),
+            str(onnx_path),
             input_names=["input_ids", "attention_mask"],
             output_names=["last_hidden_state", "pooler_output"],
-            opset_version=OPSET, dynamo=False,
-            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
-                          "last_hidden_state": {0: "batch", 1: "seq"}, "pooler_output": {0: "batch"}})
+            opset_version=OPSET,
+            dynamo=False,
+            dynamic_axes={
+                "input_ids": {0: "batch", 1: "seq"},
+                "attention_mask": {0: "batch", 1: "seq"},
+                "last_hidden_state": {0: "batch", 1: "seq"},
+                "pooler_output": {0: "batch"},
+            },
+        )
     m = onnx.load(str(onnx_path))
     onnx.checker.check_model(m, full_check=True)
 
@@ -182,8 +215,13 @@ def export_tiny_bert(out_dir: pathlib.Path) -> pathlib.Path | None:
     err = max(float(np.abs(o_hidden - hidden).max()), float(np.abs(o_pooled - pooled).max()))
     if err > 1e-4:
         raise SystemExit(f"tiny_bert: onnxruntime output differs from torch: max abs err {err}")
-    np.savez(npz_path, input_ids=ids2.numpy(), attention_mask=mask2.numpy(),
-             last_hidden_state=hidden, pooler_output=pooled)
+    np.savez(
+        npz_path,
+        input_ids=ids2.numpy(),
+        attention_mask=mask2.numpy(),
+        last_hidden_state=hidden,
+        pooler_output=pooled,
+    )
     print(f"wrote {onnx_path} ({onnx_path.stat().st_size} bytes, {len(m.graph.node)} nodes)")
     print(f"wrote {npz_path} ({npz_path.stat().st_size} bytes); ORT vs torch max abs err {err:.2e}")
     return onnx_path
@@ -200,25 +238,44 @@ def export_tiny_t5(out_dir: pathlib.Path) -> pathlib.Path | None:
     out_dir.mkdir(parents=True, exist_ok=True)
     float_path, onnx_path = out_dir / "tiny_t5.float.onnx", out_dir / "tiny_t5_int8.onnx"
     torch.manual_seed(SEED)
-    cfg = T5Config(vocab_size=256, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
-                   relative_attention_num_buckets=32, relative_attention_max_distance=128,
-                   feed_forward_proj="gated-gelu", dropout_rate=0.0)
+    cfg = T5Config(
+        vocab_size=256,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=1,
+        num_heads=4,
+        relative_attention_num_buckets=32,
+        relative_attention_max_distance=128,
+        feed_forward_proj="gated-gelu",
+        dropout_rate=0.0,
+    )
     model = T5EncoderModel(cfg).eval()
     ids = torch.randint(0, cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(SEED))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, (ids, torch.ones_like(ids)), str(float_path),
-            input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
-            opset_version=OPSET, dynamo=False,
-            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
-                          "last_hidden_state": {0: "batch", 1: "seq"}})
+            model,
+            (ids, torch.ones_like(ids)),
+            str(float_path),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state"],
+            opset_version=OPSET,
+            dynamo=False,
+            dynamic_axes={
+                "input_ids": {0: "batch", 1: "seq"},
+                "attention_mask": {0: "batch", 1: "seq"},
+                "last_hidden_state": {0: "batch", 1: "seq"},
+            },
+        )
         quantize_dynamic(str(float_path), str(onnx_path), weight_type=QuantType.QInt8, reduce_range=True)
     float_path.unlink()
     m = onnx.load(str(onnx_path))
     onnx.checker.check_model(m, full_check=True)
-    print(f"wrote {onnx_path} ({onnx_path.stat().st_size} bytes, {len(m.graph.node)} nodes, "
-          f"ops={sorted({n.op_type for n in m.graph.node})})")
+    print(
+        f"wrote {onnx_path} ({onnx_path.stat().st_size} bytes, {len(m.graph.node)} nodes, "
+        f"ops={sorted({n.op_type for n in m.graph.node})})"
+    )
     return onnx_path
 
 

@@ -33,7 +33,9 @@ def main(argv=None) -> int:
     x = np.random.default_rng(1).standard_normal((1, 3, 64, 64)).astype(np.float32)
     (probs,) = sess.run(None, {"image": x})
     assert probs.shape == (1, 10) and abs(float(probs.sum()) - 1.0) < 1e-4, probs
-    print(f"wrote {args.out}: {size} bytes, {len(model.graph.node)} nodes; ORT ok, probs sum={probs.sum():.6f}")
+    print(
+        f"wrote {args.out}: {size} bytes, {len(model.graph.node)} nodes; ORT ok, probs sum={probs.sum():.6f}"
+    )
     return 0
 
 

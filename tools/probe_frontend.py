@@ -27,6 +27,7 @@ replaced and the case recorded as crash/timeout. Results go to /tmp only.
     python tools/probe_frontend.py --const-inputs     # inputs 1.. as initializers (shapes, axes, weights)
     python tools/probe_frontend.py --symbolic         # dim 0 of input 0 symbolic ('N')
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,7 @@ OUT_DIR = Path("/tmp/probe_frontend")
 
 
 def _min_impl_version(converter) -> int:
-    versions = [int(n[len("_impl_v"):]) for n in dir(converter) if n.startswith("_impl_v")]
+    versions = [int(n[len("_impl_v") :]) for n in dir(converter) if n.startswith("_impl_v")]
     return min(versions) if versions else 1
 
 
@@ -170,7 +171,9 @@ def variant(case, const_inputs: bool, symbolic: bool):
     return model, data_sets
 
 
-def run_case(case, dtypes: set[str], use_rules: bool, const_inputs: bool = False, symbolic: bool = False) -> dict:
+def run_case(
+    case, dtypes: set[str], use_rules: bool, const_inputs: bool = False, symbolic: bool = False
+) -> dict:
     from nxrt_tvm.graph.model import load_model
     from nxrt_tvm.partition.node_context import NodeContext
 
@@ -268,7 +271,9 @@ class _Slot:
         self.proc.join()
 
 
-def probe(cases, dtypes, use_rules, const_inputs=False, symbolic=False, workers=2, timeout=180.0) -> list[dict]:
+def probe(
+    cases, dtypes, use_rules, const_inputs=False, symbolic=False, workers=2, timeout=180.0
+) -> list[dict]:
     os.environ["TVM_NUM_THREADS"] = "1"
     ctx = mp.get_context("fork")
     slots = [_Slot(ctx, cases, dtypes, use_rules, const_inputs, symbolic) for _ in range(workers)]
@@ -291,15 +296,23 @@ def probe(cases, dtypes, use_rules, const_inputs=False, symbolic=False, workers=
                 except EOFError:
                     rec = None
             if rec is None and (s.proc.sentinel in ready or not s.proc.is_alive()):
-                rec = {"name": cases[s.case].name, "status": "fail", "stage": "crash",
-                       "error": f"worker died (exit code {s.proc.exitcode})",
-                       "ops": sorted({n.op_type for n in cases[s.case].model.graph.node})}
+                rec = {
+                    "name": cases[s.case].name,
+                    "status": "fail",
+                    "stage": "crash",
+                    "error": f"worker died (exit code {s.proc.exitcode})",
+                    "ops": sorted({n.op_type for n in cases[s.case].model.graph.node}),
+                }
                 s.kill()
                 s.start()
             elif rec is None and time.monotonic() - s.since > timeout:
-                rec = {"name": cases[s.case].name, "status": "fail", "stage": "timeout",
-                       "error": f"no result after {timeout:.0f} s",
-                       "ops": sorted({n.op_type for n in cases[s.case].model.graph.node})}
+                rec = {
+                    "name": cases[s.case].name,
+                    "status": "fail",
+                    "stage": "timeout",
+                    "error": f"no result after {timeout:.0f} s",
+                    "ops": sorted({n.op_type for n in cases[s.case].model.graph.node}),
+                }
                 s.kill()
                 s.start()
             if rec is not None:
@@ -323,8 +336,11 @@ def main() -> int:
     ap.add_argument("-k", "--select", help="regex on case names")
     ap.add_argument("--extra-dtypes", default="", help="comma-separated ONNX type names to accept too")
     ap.add_argument("--no-rules", action="store_true", help="generic checks only")
-    ap.add_argument("--const-inputs", action="store_true",
-                    help="turn inputs 1.. into initializers (first data set): the constant-operand path real models take")
+    ap.add_argument(
+        "--const-inputs",
+        action="store_true",
+        help="turn inputs 1.. into initializers (first data set): the constant-operand path real models take",
+    )
     ap.add_argument("--symbolic", action="store_true", help="make dim 0 of input 0 symbolic ('N')")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds per case")
     ap.add_argument("--out", default=str(OUT_DIR / "results.json"))

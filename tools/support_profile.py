@@ -34,6 +34,7 @@ for it run on any x86-64 host (nothing built here is executed).
     python tools/support_profile.py --sample-only   # recompute checks and the claims sample, keep the full claims
     python tools/support_profile.py --check         # exit 1 if the checks section is stale
 """
+
 from __future__ import annotations
 
 import argparse
@@ -135,7 +136,9 @@ def summarise(per_case: dict[str, dict]) -> dict:
             continue
         for op, domain, opset, reason in rec["nodes"]:
             key = op if not domain else f"{domain}::{op}"
-            entry = ops[key].setdefault(str(opset), {"nodes": 0, "claimed": 0, "declined": 0, "reasons": Counter()})
+            entry = ops[key].setdefault(
+                str(opset), {"nodes": 0, "claimed": 0, "declined": 0, "reasons": Counter()}
+            )
             entry["nodes"] += 1
             total += 1
             if reason is None:
@@ -161,7 +164,9 @@ def summarise(per_case: dict[str, dict]) -> dict:
         "nodes": total,
         "claimed_nodes": claimed,
         "declined_nodes": total - claimed,
-        "op_types_claimed_somewhere": sum(1 for op in out_ops.values() if any(e["claimed"] for e in op.values())),
+        "op_types_claimed_somewhere": sum(
+            1 for op in out_ops.values() if any(e["claimed"] for e in op.values())
+        ),
         "op_types": len(out_ops),
         "ops": out_ops,
     }
@@ -206,7 +211,9 @@ def sample_of(per_case: dict[str, dict]) -> dict[str, list[int] | str]:
     out: dict[str, list[int] | str] = {}
     for name in sorted(n for n in per_case if _sampled(n)):
         rec = per_case[name]
-        out[name] = rec["error"] if "error" in rec else [sum(r[3] is None for r in rec["nodes"]), len(rec["nodes"])]
+        out[name] = (
+            rec["error"] if "error" in rec else [sum(r[3] is None for r in rec["nodes"]), len(rec["nodes"])]
+        )
     return out
 
 
@@ -214,8 +221,9 @@ def compute_claims(workers: int = 2, timeout: float = 600.0, progress: bool | No
     return summarise(claim_cases(None, workers, timeout, progress))
 
 
-def claim_cases(names: list[str] | None = None, workers: int = 2, timeout: float = 600.0,
-                progress: bool | None = None) -> dict[str, dict]:
+def claim_cases(
+    names: list[str] | None = None, workers: int = 2, timeout: float = 600.0, progress: bool | None = None
+) -> dict[str, dict]:
     """`claim()` per case (all when `names` is None); a worker that dies or overruns `timeout` is replaced and the case recorded."""
     if progress is None:
         progress = sys.stderr.isatty()
@@ -248,7 +256,12 @@ def claim_cases(names: list[str] | None = None, workers: int = 2, timeout: float
                 results[name] = rec
                 s[2] = None
                 if progress:
-                    print(f"\r{len(results)}/{len(names)} cases, {time.time() - started:.0f} s", end="", file=sys.stderr, flush=True)
+                    print(
+                        f"\r{len(results)}/{len(names)} cases, {time.time() - started:.0f} s",
+                        end="",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             elif not s[0].is_alive():
                 results[s[2]] = {"error": f"worker died (exit code {s[0].exitcode}) while claiming"}
                 slots[k] = None
@@ -279,7 +292,7 @@ def build_profile(checks: dict, claims: dict | None, sample: dict | None) -> dic
         "versions": versions(),
         "checks_method": "TvmExecutionProvider.check_node per node (capability checks and op rules, no build)",
         "claims_method": "TvmExecutionProvider(target=REFERENCE_TARGET).claim(graph) per case (checks, grouping, and "
-                         f"a TVM build of every partition), REFERENCE_TARGET = {json.dumps(REFERENCE_TARGET)}",
+        f"a TVM build of every partition), REFERENCE_TARGET = {json.dumps(REFERENCE_TARGET)}",
         "claims": claims,
         "claims_sample": sample,
         "checks": checks,
@@ -299,8 +312,14 @@ def write_atomic(path: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--checks-only", action="store_true", help="recompute the checks section, keep the stored claims")
-    parser.add_argument("--sample-only", action="store_true", help="recompute checks and the claims sample, keep the full claims")
+    parser.add_argument(
+        "--checks-only", action="store_true", help="recompute the checks section, keep the stored claims"
+    )
+    parser.add_argument(
+        "--sample-only",
+        action="store_true",
+        help="recompute checks and the claims sample, keep the full claims",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when the stored checks section is stale")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("-o", "--output", type=Path, default=PROFILE)
@@ -309,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     stored = json.loads(args.output.read_text()) if args.output.exists() else None
     if args.check:
         if stored is None or stored.get("checks") != json.loads(json.dumps(checks)):
-            print(f"{args.output} is stale: run python tools/support_profile.py --checks-only", file=sys.stderr)
+            print(
+                f"{args.output} is stale: run python tools/support_profile.py --checks-only", file=sys.stderr
+            )
             return 1
         print(f"{args.output} is current")
         return 0

@@ -1,4 +1,5 @@
 """The EP contract in Python idiom (the `onnx-runtime-ep-api` crate's surfaces)."""
+
 from .claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, SubgraphClaim, deny, require
 from .device import DeviceId, DeviceType, EpId
 from .errors import *  # noqa: F403 - the error family is part of the contract

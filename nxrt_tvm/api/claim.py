@@ -4,6 +4,7 @@
 with what was rejected, what the EP accepts and how to fix it; the claim loop
 adds the node, op, domain, opset and EP, so every decline is actionable.
 """
+
 from __future__ import annotations
 
 import enum

@@ -1,4 +1,5 @@
 """Device vocabulary: which class of device an EP runs on, and which instance."""
+
 from __future__ import annotations
 
 import enum

@@ -3,6 +3,7 @@
 The cases follow the EP contract's `EpError` enum; input validation and model
 loading add their own subclasses so callers can catch exactly what they handle.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """The compiled unit an EP hands the session: it computes one claimed subgraph."""
+
 from __future__ import annotations
 
 import abc

@@ -1,4 +1,5 @@
 """The ExecutionProvider contract: identity, capability, compilation, context, optimizer passes."""
+
 from __future__ import annotations
 
 import abc

@@ -1,4 +1,5 @@
 """Keyed lookups: op rules by (domain, op type, opset), and EPs by name."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator

@@ -4,6 +4,7 @@ A view borrows its backing memory from the object it wraps (a numpy array, a
 TVM tensor, ...). Host access is allowed only for CPU memory: device memory is
 never dereferenced on the host.
 """
+
 from __future__ import annotations
 
 import functools

@@ -46,34 +46,51 @@ def build_default_model(seed: int = 0) -> onnx.ModelProto:
         mean = (rng.standard_normal(cout) * 0.1).astype(np.float32)
         var = rng.uniform(0.5, 1.5, cout).astype(np.float32)
         p = f"block{i}"
-        inits.extend([
-            _init(f"{p}.conv.weight", w),
-            _init(f"{p}.conv.bias", b),
-            _init(f"{p}.bn.scale", scale),
-            _init(f"{p}.bn.bias", shift),
-            _init(f"{p}.bn.mean", mean),
-            _init(f"{p}.bn.var", var),
-        ])
-        nodes.append(helper.make_node(
-            "Conv", [x, f"{p}.conv.weight", f"{p}.conv.bias"], [f"{p}.conv"],
-            name=f"{p}/Conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1]))
-        nodes.append(helper.make_node(
-            "BatchNormalization",
-            [f"{p}.conv", f"{p}.bn.scale", f"{p}.bn.bias", f"{p}.bn.mean", f"{p}.bn.var"],
-            [f"{p}.bn"], name=f"{p}/BatchNormalization", epsilon=1e-5))
+        inits.extend(
+            [
+                _init(f"{p}.conv.weight", w),
+                _init(f"{p}.conv.bias", b),
+                _init(f"{p}.bn.scale", scale),
+                _init(f"{p}.bn.bias", shift),
+                _init(f"{p}.bn.mean", mean),
+                _init(f"{p}.bn.var", var),
+            ]
+        )
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, f"{p}.conv.weight", f"{p}.conv.bias"],
+                [f"{p}.conv"],
+                name=f"{p}/Conv",
+                kernel_shape=[3, 3],
+                pads=[1, 1, 1, 1],
+                strides=[1, 1],
+            )
+        )
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                [f"{p}.conv", f"{p}.bn.scale", f"{p}.bn.bias", f"{p}.bn.mean", f"{p}.bn.var"],
+                [f"{p}.bn"],
+                name=f"{p}/BatchNormalization",
+                epsilon=1e-5,
+            )
+        )
         nodes.append(helper.make_node("Relu", [f"{p}.bn"], [f"{p}.relu"], name=f"{p}/Relu"))
         out = f"{p}.relu"
         if pool:
-            nodes.append(helper.make_node(
-                "MaxPool", [out], [f"{p}.pool"], name=f"{p}/MaxPool",
-                kernel_shape=[2, 2], strides=[2, 2]))
+            nodes.append(
+                helper.make_node(
+                    "MaxPool", [out], [f"{p}.pool"], name=f"{p}/MaxPool", kernel_shape=[2, 2], strides=[2, 2]
+                )
+            )
             out = f"{p}.pool"
         return out
 
-    h = conv_bn_relu(0, INPUT_NAME, 3, 16, pool=True)    # -> [1,16,32,32]
-    h = conv_bn_relu(1, h, 16, 32, pool=True)            # -> [1,32,16,16]
-    h = conv_bn_relu(2, h, 32, 64, pool=True)            # -> [1,64,8,8]
-    h = conv_bn_relu(3, h, 64, 64, pool=False)           # -> [1,64,8,8]
+    h = conv_bn_relu(0, INPUT_NAME, 3, 16, pool=True)  # -> [1,16,32,32]
+    h = conv_bn_relu(1, h, 16, 32, pool=True)  # -> [1,32,16,16]
+    h = conv_bn_relu(2, h, 32, 64, pool=True)  # -> [1,64,8,8]
+    h = conv_bn_relu(3, h, 64, 64, pool=False)  # -> [1,64,8,8]
 
     nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"], name="head/GlobalAveragePool"))
     nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="head/Flatten", axis=1))
@@ -82,27 +99,41 @@ def build_default_model(seed: int = 0) -> onnx.ModelProto:
     b1 = (rng.standard_normal(64) * 0.01).astype(np.float32)
     w2 = (rng.standard_normal((NUM_CLASSES, 64)) * np.sqrt(1.0 / 64)).astype(np.float32)
     b2 = (rng.standard_normal(NUM_CLASSES) * 0.01).astype(np.float32)
-    inits.extend([
-        _init("head.fc1.weight", w1), _init("head.fc1.bias", b1),
-        _init("head.fc2.weight", w2), _init("head.fc2.bias", b2),
-    ])
-    nodes.append(helper.make_node(
-        "Gemm", ["flat", "head.fc1.weight", "head.fc1.bias"], ["fc1"], name="head/Gemm_1", transB=1))
+    inits.extend(
+        [
+            _init("head.fc1.weight", w1),
+            _init("head.fc1.bias", b1),
+            _init("head.fc2.weight", w2),
+            _init("head.fc2.bias", b2),
+        ]
+    )
+    nodes.append(
+        helper.make_node(
+            "Gemm", ["flat", "head.fc1.weight", "head.fc1.bias"], ["fc1"], name="head/Gemm_1", transB=1
+        )
+    )
     # Celu: run by onnxruntime, not converted by TVM's Relax ONNX frontend.
     nodes.append(helper.make_node("Celu", ["fc1"], ["celu"], name="head/Celu", alpha=1.0))
-    nodes.append(helper.make_node(
-        "Gemm", ["celu", "head.fc2.weight", "head.fc2.bias"], ["logits"], name="head/Gemm_2", transB=1))
+    nodes.append(
+        helper.make_node(
+            "Gemm", ["celu", "head.fc2.weight", "head.fc2.bias"], ["logits"], name="head/Gemm_2", transB=1
+        )
+    )
     nodes.append(helper.make_node("Softmax", ["logits"], [OUTPUT_NAME], name="head/Softmax", axis=-1))
 
     graph = helper.make_graph(
-        nodes, "nxrt_tvm_default_classifier",
+        nodes,
+        "nxrt_tvm_default_classifier",
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, list(INPUT_SHAPE))],
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [1, NUM_CLASSES])],
         initializer=inits,
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="nxrt-tvm",
-        doc_string="nxrt-tvm bundled default model: small CNN classifier with a Celu in the head.")
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name="nxrt-tvm",
+        doc_string="nxrt-tvm bundled default model: small CNN classifier with a Celu in the head.",
+    )
     model.ir_version = 8  # opset 17 <-> IR 8; keeps older runtimes happy
     onnx.checker.check_model(model, full_check=True)
     return model

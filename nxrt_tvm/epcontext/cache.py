@@ -17,6 +17,7 @@ lock: they read everything through one open descriptor, so a concurrent replace 
 yields the whole old entry, the whole new one, or a miss. A corrupt entry is deleted (under
 the lock, only if it is still the same file) and reported as a miss, so the caller rebuilds.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -58,6 +59,7 @@ class CacheError(EpError):
 @dataclass(frozen=True)
 class CacheEntry:
     """A verified hit: the blob's size and sha256 matched what `put` recorded."""
+
     key: str
     blob: bytes = field(repr=False)  # may be 200 MB: keep it out of reprs and logs
     meta: dict[str, Any]
@@ -66,6 +68,7 @@ class CacheEntry:
 @dataclass(frozen=True)
 class CacheEntryInfo:
     """One line of a `cache ls`: read from a stat, without opening the entry."""
+
     key: str
     size: int  # bytes on disk, header included: what counts against max_bytes
     last_used: float  # epoch seconds of the last put or hit
@@ -90,8 +93,9 @@ def cache_key(*parts: bytes | str) -> str:
 def _check_key(key: object) -> str:
     """Keys become file names: only hex is allowed, so no key can escape the cache directory."""
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
-        raise ValueError(f"invalid cache key {key!r}: expected a hex string of 16-128 characters "
-                         "(e.g. from cache_key())")
+        raise ValueError(
+            f"invalid cache key {key!r}: expected a hex string of 16-128 characters (e.g. from cache_key())"
+        )
     return key.lower()  # one spelling per key, also on case-insensitive file systems
 
 
@@ -170,8 +174,16 @@ class CompileCache:
             raise TypeError(f"meta must be a dict, got {type(meta).__name__}")
         view = memoryview(blob).cast("B")
         try:
-            header = json.dumps({"key": key, "size": view.nbytes, "sha256": hashlib.sha256(view).hexdigest(),
-                                 "created": time.time(), "meta": meta}, allow_nan=False).encode()
+            header = json.dumps(
+                {
+                    "key": key,
+                    "size": view.nbytes,
+                    "sha256": hashlib.sha256(view).hexdigest(),
+                    "created": time.time(),
+                    "meta": meta,
+                },
+                allow_nan=False,
+            ).encode()
         except (TypeError, ValueError) as e:
             raise ValueError(f"meta for cache key {key} is not JSON-serialisable: {e}") from e
         path = self._path(key)
@@ -237,7 +249,9 @@ class CompileCache:
 
     def entries(self) -> list[CacheEntryInfo]:
         """Every entry, most recently used first (for `cache ls`)."""
-        infos = [CacheEntryInfo(p.name[: -len(_SUFFIX)], st.st_size, st.st_mtime) for p, st in self._scan(False)]
+        infos = [
+            CacheEntryInfo(p.name[: -len(_SUFFIX)], st.st_size, st.st_mtime) for p, st in self._scan(False)
+        ]
         return sorted(infos, key=lambda i: i.last_used, reverse=True)
 
     def clear(self) -> None:

@@ -4,6 +4,7 @@ Attributes follow ORT's contrib-op schema (main_context, ep_cache_context,
 embed_mode, ep_sdk_version, hardware_architecture, partition_name, source);
 what ORT has no attribute for goes into `notes` as JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,14 @@ from onnx import helper
 from ..api.errors import ContextIntegrityError, ContextPathError
 from .record import EpContext, TensorSignature
 
-__all__ = ["EP_CONTEXT_DOMAIN", "EP_CONTEXT_OP", "is_ep_context", "encode_node", "decode_node", "resolve_external"]
+__all__ = [
+    "EP_CONTEXT_DOMAIN",
+    "EP_CONTEXT_OP",
+    "is_ep_context",
+    "encode_node",
+    "decode_node",
+    "resolve_external",
+]
 
 EP_CONTEXT_DOMAIN = "com.microsoft"
 EP_CONTEXT_OP = "EPContext"
@@ -64,20 +72,32 @@ def encode_node(ctx: EpContext, node_name: str) -> onnx.NodeProto:
 def resolve_external(model_dir: Path | None, relative: str, partition: str) -> Path:
     """The blob file for an external EPContext; refuses paths that could load code from elsewhere."""
     if model_dir is None:
-        raise ContextPathError(partition, f"its blob is an external file ({relative!r}) but the model was given as bytes",
-                               "open the model from its file path so the blob can be found beside it")
+        raise ContextPathError(
+            partition,
+            f"its blob is an external file ({relative!r}) but the model was given as bytes",
+            "open the model from its file path so the blob can be found beside it",
+        )
     rel = Path(relative)
     if not relative or rel.is_absolute() or relative.startswith(("/", "\\")) or ":" in rel.parts[0]:
-        raise ContextPathError(partition, f"external blob path {relative!r} is absolute",
-                               "recompile with --external, which writes paths relative to the model")
+        raise ContextPathError(
+            partition,
+            f"external blob path {relative!r} is absolute",
+            "recompile with --external, which writes paths relative to the model",
+        )
     base = model_dir.resolve()
     path = (base / rel).resolve()
     if base not in path.parents:
-        raise ContextPathError(partition, f"external blob path {relative!r} leaves the model's folder {str(base)!r}",
-                               "keep the blob beside the model; recompile with --external to write a safe path")
+        raise ContextPathError(
+            partition,
+            f"external blob path {relative!r} leaves the model's folder {str(base)!r}",
+            "keep the blob beside the model; recompile with --external to write a safe path",
+        )
     if not path.is_file():
-        raise ContextPathError(partition, f"external blob {str(path)!r} does not exist",
-                               "copy the blob files that `nxrt-tvm compile --external` wrote together with the model")
+        raise ContextPathError(
+            partition,
+            f"external blob {str(path)!r} does not exist",
+            "copy the blob files that `nxrt-tvm compile --external` wrote together with the model",
+        )
     return path
 
 
@@ -117,7 +137,8 @@ def decode_node(node: onnx.NodeProto, model_dir: Path | None) -> EpContext:
     except ContextPathError:
         raise
     except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
-        raise ContextIntegrityError(partition, f"its EPContext attributes are malformed ({exc})",
-                                    "recompile the model with `nxrt-tvm compile`") from exc
-
-
+        raise ContextIntegrityError(
+            partition,
+            f"its EPContext attributes are malformed ({exc})",
+            "recompile the model with `nxrt-tvm compile`",
+        ) from exc

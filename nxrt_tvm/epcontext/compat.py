@@ -6,6 +6,7 @@ when nxrt-tvm's format or TVM's version differs (the runtime ABI), when it
 was built for another target kind, or when it needs hardware this host lacks
 (CPU ISA features such as AVX-512 or AMX; a CUDA GPU of its architecture).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,13 +27,36 @@ _RECOMPILE = (
 )
 
 #: LLVM "features" that tune code generation rather than require hardware (the plugin's cpu.c keeps the same list).
-_TUNING_HINTS = frozenset({
-    "64bit-mode", "allow-light-256-bit", "branchfusion", "macrofusion", "idivq-to-divl", "idivl-to-divb",
-    "sbb-dep-breaking", "nopl", "fsrm", "ermsb", "lea-sp", "lea-uses-ag", "pad-short-functions",
-    "use-glm-div-sqrt-costs", "use-slm-arith-costs", "branch-hint", "harden-sls-ijmp", "harden-sls-ret",
-    "retpoline", "retpoline-external-thunk", "retpoline-indirect-branches", "retpoline-indirect-calls",
-    "lvi-cfi", "lvi-load-hardening", "seses", "inline-asm-use-gpr32",
-})
+_TUNING_HINTS = frozenset(
+    {
+        "64bit-mode",
+        "allow-light-256-bit",
+        "branchfusion",
+        "macrofusion",
+        "idivq-to-divl",
+        "idivl-to-divb",
+        "sbb-dep-breaking",
+        "nopl",
+        "fsrm",
+        "ermsb",
+        "lea-sp",
+        "lea-uses-ag",
+        "pad-short-functions",
+        "use-glm-div-sqrt-costs",
+        "use-slm-arith-costs",
+        "branch-hint",
+        "harden-sls-ijmp",
+        "harden-sls-ret",
+        "retpoline",
+        "retpoline-external-thunk",
+        "retpoline-indirect-branches",
+        "retpoline-indirect-calls",
+        "lvi-cfi",
+        "lvi-load-hardening",
+        "seses",
+        "inline-asm-use-gpr32",
+    }
+)
 _TUNING_PREFIXES = ("fast-", "slow-", "tuning-", "prefer-", "false-deps-", "avoid-", "no-bypass-delay")
 
 
@@ -58,28 +82,39 @@ def check_loadable(ctx: EpContext, target: tvm.target.Target) -> None:
     """Raise a `ContextRejected` subclass saying what differs and what to do; return if loadable."""
     name = ctx.partition_name
     if ctx.format_version != FORMAT_VERSION:
-        raise ContextVersionMismatch(name, f"EPContext format version {ctx.format_version}, this nxrt-tvm reads {FORMAT_VERSION}", _RECOMPILE)
+        raise ContextVersionMismatch(
+            name,
+            f"EPContext format version {ctx.format_version}, this nxrt-tvm reads {FORMAT_VERSION}",
+            _RECOMPILE,
+        )
     if ctx.ep_sdk_version != tvm.__version__:
         raise ContextVersionMismatch(
-            name, f"built by TVM {ctx.ep_sdk_version or '(unknown)'}, this host runs TVM {tvm.__version__}", _RECOMPILE
+            name,
+            f"built by TVM {ctx.ep_sdk_version or '(unknown)'}, this host runs TVM {tvm.__version__}",
+            _RECOMPILE,
         )
     if len(ctx.blob) != ctx.size:
         raise ContextIntegrityError(
-            name, f"blob is {len(ctx.blob)} bytes, {ctx.size} were written (truncated or replaced)",
+            name,
+            f"blob is {len(ctx.blob)} bytes, {ctx.size} were written (truncated or replaced)",
             "restore the artifact from the compile output, or recompile",
         )
     if sha256_hex(ctx.blob) != ctx.sha256:
         raise ContextIntegrityError(
-            name, "blob sha256 does not match the one recorded at compile time (corrupted or swapped)",
+            name,
+            "blob sha256 does not match the one recorded at compile time (corrupted or swapped)",
             "restore the artifact from the compile output, or recompile",
         )
     try:
         built_kind = json.loads(ctx.target)["kind"]
     except (ValueError, KeyError, TypeError):
-        raise ContextIntegrityError(name, f"unreadable target {ctx.target!r}", "recompile the model") from None
+        raise ContextIntegrityError(
+            name, f"unreadable target {ctx.target!r}", "recompile the model"
+        ) from None
     if built_kind != target.kind.name:
         raise ContextTargetMismatch(
-            name, f"built for target {built_kind!r}, this session targets {target.kind.name!r}",
+            name,
+            f"built for target {built_kind!r}, this session targets {target.kind.name!r}",
             f"open it with the TvmExecutionProvider option target='{built_kind}', or {_RECOMPILE}",
         )
     if built_kind == "cuda":
@@ -87,9 +122,13 @@ def check_loadable(ctx: EpContext, target: tvm.target.Target) -> None:
     else:
         _check_cpu(name, ctx)
     problem = elf_problem(ctx.blob, host_arch())
-    if problem is not None:  # sha256 and size agree with notes that were rewritten with the blob: a forged artifact
+    if (
+        problem is not None
+    ):  # sha256 and size agree with notes that were rewritten with the blob: a forged artifact
         raise ContextIntegrityError(
-            name, f"blob is not a loadable shared library: {problem}", "restore the artifact from the compile output, or recompile"
+            name,
+            f"blob is not a loadable shared library: {problem}",
+            "restore the artifact from the compile output, or recompile",
         )
 
 
@@ -101,7 +140,8 @@ def _check_cpu(name: str, ctx: EpContext) -> None:
     if missing:
         shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
         raise ContextTargetMismatch(
-            name, f"built for {ctx.hardware_architecture}, it needs CPU features this host ({host_cpu()}) lacks: {shown}",
+            name,
+            f"built for {ctx.hardware_architecture}, it needs CPU features this host ({host_cpu()}) lacks: {shown}",
             _RECOMPILE,
         )
 
@@ -110,7 +150,9 @@ def _check_gpu(name: str, ctx: EpContext) -> None:
     device = tvm.cuda(0)
     needed = ctx.hardware_architecture.split("/", 1)[-1]
     if not device.exist:
-        raise ContextTargetMismatch(name, f"built for a CUDA GPU ({needed}), none is visible on this host", _RECOMPILE)
+        raise ContextTargetMismatch(
+            name, f"built for a CUDA GPU ({needed}), none is visible on this host", _RECOMPILE
+        )
     have = "sm_" + str(device.compute_version).replace(".", "")
     if have != needed:
         raise ContextTargetMismatch(name, f"built for {needed}, this GPU is {have}", _RECOMPILE)

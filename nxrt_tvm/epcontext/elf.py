@@ -8,6 +8,7 @@ an empty dynamic section a SIGSEGV, in the middle of `dlopen`. These checks
 refuse such a library with a typed error instead. They are not an
 authentication (a well-formed library can still do anything once loaded).
 """
+
 from __future__ import annotations
 
 import struct
@@ -28,7 +29,9 @@ def _segments(blob: bytes, phoff: int, phnum: int) -> list[tuple[int, int, int, 
     """(type, offset, vaddr, filesz, memsz) of every program header."""
     out = []
     for k in range(phnum):
-        p_type, _flags, offset, vaddr, _paddr, filesz, memsz, _align = _PHDR.unpack_from(blob, phoff + k * _PHDR.size)
+        p_type, _flags, offset, vaddr, _paddr, filesz, memsz, _align = _PHDR.unpack_from(
+            blob, phoff + k * _PHDR.size
+        )
         out.append((p_type, offset, vaddr, filesz, memsz))
     return out
 
@@ -38,8 +41,22 @@ def elf_problem(blob: bytes, arch: str) -> str | None:
     size = len(blob)
     if size < _HEADER.size or blob[:4] != b"\x7fELF":
         return "it is not an ELF shared library"
-    ident, e_type, machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize, shnum, shstrndx = \
-        _HEADER.unpack_from(blob)
+    (
+        ident,
+        e_type,
+        machine,
+        _version,
+        _entry,
+        phoff,
+        shoff,
+        _flags,
+        _ehsize,
+        phentsize,
+        phnum,
+        shentsize,
+        shnum,
+        shstrndx,
+    ) = _HEADER.unpack_from(blob)
     if ident[4] != 2 or ident[5] != 1:
         return "it is not a 64-bit little-endian ELF file"
     if e_type != _ET_DYN:
@@ -54,7 +71,9 @@ def elf_problem(blob: bytes, arch: str) -> str | None:
         return "it has no loadable segment"
     for _type, offset, _vaddr, filesz, memsz in loads:
         if offset + filesz > size or filesz > memsz:
-            return f"a loadable segment ({offset}+{filesz} bytes) runs past the end of the file ({size} bytes)"
+            return (
+                f"a loadable segment ({offset}+{filesz} bytes) runs past the end of the file ({size} bytes)"
+            )
     dynamic = [s for s in segments if s[0] == _PT_DYNAMIC]
     if len(dynamic) != 1 or dynamic[0][1] + dynamic[0][3] > size or dynamic[0][3] < _DYN.size:
         return "its dynamic section is missing or runs past the end of the file"
@@ -75,7 +94,9 @@ def elf_problem(blob: bytes, arch: str) -> str | None:
         if shentsize != _SHDR.size or shoff + shnum * _SHDR.size > size or shstrndx >= shnum:
             return "its section header table runs past the end of the file"
         for k in range(shnum):
-            _name, sh_type, _flags, _addr, sh_offset, sh_size, *_ = _SHDR.unpack_from(blob, shoff + k * _SHDR.size)
+            _name, sh_type, _flags, _addr, sh_offset, sh_size, *_ = _SHDR.unpack_from(
+                blob, shoff + k * _SHDR.size
+            )
             if sh_type != _SHT_NOBITS and sh_offset + sh_size > size:
                 return f"section {k} ({sh_offset}+{sh_size} bytes) runs past the end of the file"
         if _SHDR.unpack_from(blob, shoff + shstrndx * _SHDR.size)[1] != _SHT_STRTAB:

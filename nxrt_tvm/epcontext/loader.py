@@ -3,6 +3,7 @@
 Runs on the raw model, before it is analysed, because a refused blob under
 the 'recompile' or 'fallback' policy is replaced by its source subgraph.
 """
+
 from __future__ import annotations
 
 import logging
@@ -53,7 +54,9 @@ def restore_sources(model: onnx.ModelProto) -> onnx.ModelProto:
         partition = next((a.s.decode() for a in node.attribute if a.name == "partition_name"), node.name)
         source = source_nodes(restored, partition)
         if source is None:
-            raise ValueError(f"EPContext node {node.name!r} keeps no source subgraph (compiled with --no-source)")
+            raise ValueError(
+                f"EPContext node {node.name!r} keeps no source subgraph (compiled with --no-source)"
+            )
         nodes.extend(source)
     del restored.graph.node[:]
     restored.graph.node.extend(nodes)
@@ -84,7 +87,9 @@ def resolve_contexts(
             source = source_nodes(model, ctx.partition_name)
             if on_mismatch == "error" or source is None:
                 if source is None and on_mismatch != "error":
-                    raise type(exc)(exc.partition, exc.reason, "this model keeps no source subgraph for it; " + exc.remedy) from None
+                    raise type(exc)(
+                        exc.partition, exc.reason, "this model keeps no source subgraph for it; " + exc.remedy
+                    ) from None
                 raise
             log.warning("%s; running its source subgraph instead (%s)", exc, on_mismatch)
             resolved.refused.append(exc)

@@ -1,4 +1,5 @@
 """The EpContext record: a compiled partition plus what proves it may be loaded on a host."""
+
 from __future__ import annotations
 
 import hashlib

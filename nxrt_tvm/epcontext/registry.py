@@ -1,4 +1,5 @@
 """Route EPContext nodes to the EP that made them, by their `source` key."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -39,5 +40,3 @@ def build_ep_context_registry(providers: Iterable[ExecutionProvider]) -> EpConte
             continue  # this EP does not support EPContext
         registry.register(str(ep.ep_id), ep)
     return registry
-
-

@@ -5,6 +5,7 @@ original subgraph as a model-local function (domain `SOURCE_DOMAIN`, named
 after the partition), so a host that cannot load the blob can still run it.
 Every file is written atomically (temp file + rename).
 """
+
 from __future__ import annotations
 
 import os
@@ -63,7 +64,9 @@ def external_blob_name(model_path: Path, partition: str) -> str:
     return f"{model_path.stem}.{partition}.tvm.so"
 
 
-def _source_function(graph: GraphView, nodes: tuple[int, ...], name: str, inputs: list[str], outputs: list[str]) -> onnx.FunctionProto:
+def _source_function(
+    graph: GraphView, nodes: tuple[int, ...], name: str, inputs: list[str], outputs: list[str]
+) -> onnx.FunctionProto:
     return helper.make_function(
         SOURCE_DOMAIN,
         name,
@@ -106,7 +109,9 @@ def write_context_model(
         if keep_source:
             consts = [n for i in partition.nodes for n in graph.node_inputs[i] if n in graph.initializers]
             fn_inputs = list(dict.fromkeys([*partition.inputs, *consts]))
-            functions.append(_source_function(graph, partition.nodes, partition.name, fn_inputs, list(partition.outputs)))
+            functions.append(
+                _source_function(graph, partition.nodes, partition.name, fn_inputs, list(partition.outputs))
+            )
             used.update(consts)
     model = graph.model
     body = helper.make_graph(
@@ -115,9 +120,13 @@ def write_context_model(
         list(model.graph.input),
         list(model.graph.output),
         initializer=[t for name, t in graph.initializers.items() if name in used],
-        value_info=[v.to_proto() for name, v in sorted(graph.value_info.items())
-                    if v.elem_type is not None and name not in graph.initializers
-                    and name not in {i.name for i in model.graph.input} | graph.output_names],
+        value_info=[
+            v.to_proto()
+            for name, v in sorted(graph.value_info.items())
+            if v.elem_type is not None
+            and name not in graph.initializers
+            and name not in {i.name for i in model.graph.input} | graph.output_names
+        ],
     )
     opsets = {o.domain: o.version for o in model.opset_import}
     opsets.setdefault(EP_CONTEXT_DOMAIN, 1)

@@ -1,4 +1,5 @@
 """ONNX loading, the analysed graph view, and subgraph extraction."""
+
 from .extract import extract_model
 from .model import GraphView, ModelSource, ValueInfo, attributes, load_model
 

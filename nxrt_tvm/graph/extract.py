@@ -1,4 +1,5 @@
 """Cut a node set out of a graph as a standalone ONNX model an EP can compile or run."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ def extract_model(
         for o in sorted(produced - set(outputs))
         if o in graph.value_info and graph.value_info[o].elem_type is not None
     ]
+
     def boundary_proto(value: str) -> onnx.ValueInfoProto:
         if value in graph.other_types:  # a sequence or optional keeps its declared type
             return graph.other_types[value]

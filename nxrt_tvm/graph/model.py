@@ -3,11 +3,12 @@
 Everything downstream (claims, grouping, extraction, the session) reads the
 graph through this one view, so names, order and types are decided once.
 """
+
 from __future__ import annotations
 
 import heapq
-import math
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -135,7 +136,8 @@ class GraphView:
         self.value_info: dict[str, ValueInfo] = {}
         #: declared types that are not tensors (sequences, optionals): kept whole for extraction
         self.other_types: dict[str, onnx.ValueInfoProto] = {
-            vi.name: vi for vi in [*graph.input, *graph.output, *graph.value_info]
+            vi.name: vi
+            for vi in [*graph.input, *graph.output, *graph.value_info]
             if vi.type.WhichOneof("value") not in (None, "tensor_type")
         }
         for vi in [*graph.input, *graph.output, *graph.value_info]:
@@ -185,7 +187,8 @@ class GraphView:
     @cached_property
     def predecessors(self) -> list[tuple[int, ...]]:
         return [
-            tuple(sorted({self.producer[n] for n in names if n in self.producer})) for names in self.node_inputs
+            tuple(sorted({self.producer[n] for n in names if n in self.producer}))
+            for names in self.node_inputs
         ]
 
     @cached_property
@@ -233,7 +236,9 @@ def read_model(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
     except InvalidModel:
         raise
     except Exception as exc:  # protobuf and external-data errors have no common base
-        raise InvalidModel(f"cannot read {source if not isinstance(source, bytes) else 'model bytes'} as ONNX: {exc}") from exc
+        raise InvalidModel(
+            f"cannot read {source if not isinstance(source, bytes) else 'model bytes'} as ONNX: {exc}"
+        ) from exc
 
 
 def _topological_order(nodes: list[onnx.NodeProto], implicit: list[set[str]]) -> list[int]:
@@ -243,9 +248,13 @@ def _topological_order(nodes: list[onnx.NodeProto], implicit: list[set[str]]) ->
         for out in node.output:
             if out:
                 if out in producer:
-                    raise InvalidModel(f"value {out!r} is produced by two nodes ({nodes[producer[out]].name!r} and {node.name!r})")
+                    raise InvalidModel(
+                        f"value {out!r} is produced by two nodes ({nodes[producer[out]].name!r} and {node.name!r})"
+                    )
                 producer[out] = i
-    deps = [{producer[n] for n in [*node.input, *implicit[i]] if n in producer} for i, node in enumerate(nodes)]
+    deps = [
+        {producer[n] for n in [*node.input, *implicit[i]] if n in producer} for i, node in enumerate(nodes)
+    ]
     users: list[list[int]] = [[] for _ in nodes]
     for i, d in enumerate(deps):
         for p in d:
@@ -292,7 +301,9 @@ def _normalise(model: onnx.ModelProto) -> onnx.ModelProto:
                 free |= _subgraph_free_names(sub)
         implicit.append(free)
     order = _topological_order(kept, implicit)
-    if len(kept) != len(graph.node) or order != list(range(len(kept))):  # rewrite only when needed: it copies every node
+    if len(kept) != len(graph.node) or order != list(
+        range(len(kept))
+    ):  # rewrite only when needed: it copies every node
         del graph.node[:]
         graph.node.extend(kept[i] for i in order)
     return model
@@ -325,10 +336,15 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.input.extend(model.graph.input)
     declared = {i.name for i in model.graph.input}
     for tensor in model.graph.initializer:
-        if math.prod(tensor.dims) <= _LIGHT_INITIALIZER_ELEMENTS or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        if (
+            math.prod(tensor.dims) <= _LIGHT_INITIALIZER_ELEMENTS
+            or tensor.data_location == onnx.TensorProto.EXTERNAL
+        ):
             graph.initializer.append(tensor)
         elif tensor.name not in declared:
-            graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+            graph.input.append(
+                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
     return light
 
 
@@ -368,12 +384,16 @@ def _infer(light: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as exc:
         if _TYPE_CONFLICT in str(exc):
-            raise InvalidModel(f"a declared type contradicts the node that produces it: {str(exc).strip()}; "
-                               "fix the value's declared type (graph output or value_info) to the produced one") from None
+            raise InvalidModel(
+                f"a declared type contradicts the node that produces it: {str(exc).strip()}; "
+                "fix the value's declared type (graph output or value_info) to the produced one"
+            ) from None
     return onnx.shape_inference.infer_shapes(light, data_prop=True)
 
 
-def load_model(source: ModelSource, *, check: bool = True, free_dims: dict[str, int] | None = None) -> GraphView:
+def load_model(
+    source: ModelSource, *, check: bool = True, free_dims: dict[str, int] | None = None
+) -> GraphView:
     """Read, check, normalise and shape-infer a model; raise `InvalidModel` with the reason on failure.
 
     A `ModelProto` argument is copied, never edited. `free_dims` fixes symbolic input dims by name.

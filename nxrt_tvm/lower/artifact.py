@@ -4,6 +4,7 @@ The blob is the shared library `export_library` writes (code, constants and
 the Relax VM bytecode in one file). Loading one loads native code, so callers
 check it first (see `epcontext.compat`).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,9 @@ __all__ = ["export_executable", "load_executable"]
 def export_executable(executable: relax.VMExecutable) -> bytes:
     """The shared library of a compiled partition, as bytes (links with the system C++ compiler)."""
     if shutil.which(os.environ.get("CXX", "g++")) is None:
-        raise CompileFailed("exporting a compiled partition needs a C++ compiler (g++) on PATH; install one (e.g. apt-get install g++)")
+        raise CompileFailed(
+            "exporting a compiled partition needs a C++ compiler (g++) on PATH; install one (e.g. apt-get install g++)"
+        )
     with tempfile.TemporaryDirectory(prefix="nxrt-tvm-export-") as tmp:
         path = Path(tmp) / "partition.so"
         executable.export_library(str(path))

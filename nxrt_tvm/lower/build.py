@@ -1,4 +1,5 @@
 """ONNX partition -> Relax -> optimizer passes -> compiled Relax VM executable."""
+
 from __future__ import annotations
 
 import contextlib
@@ -7,18 +8,17 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import onnx
 import tvm
 from tvm import relax
 
 from ..api.errors import CompileFailed
+from ..api.kernel import KernelVariant
 from ..frontend import import_onnx
 from ..graph.extract import extract_model
 from ..graph.model import GraphView, ValueInfo
-from ..api.kernel import KernelVariant
 from .pipeline import Lowering, lowering_pipeline
 from .tir_pipeline import tir_pipeline_for
 
@@ -96,7 +96,9 @@ def partition_model(
     for value in inputs:
         info = graph.info(value)
         if info.shape is not None and any(d is None for d in info.shape):
-            dims = tuple(d if d is not None else f"{name}_{len(named)}_d{k}" for k, d in enumerate(info.shape))
+            dims = tuple(
+                d if d is not None else f"{name}_{len(named)}_d{k}" for k, d in enumerate(info.shape)
+            )
             named[value] = ValueInfo(value, info.elem_type, dims)
     return extract_model(graph, nodes, inputs, outputs, name, input_infos=named, exclude_initializers=weights)
 
@@ -133,8 +135,12 @@ def build_executable(
 ) -> relax.VMExecutable:
     """Run the lowering pipeline and build for `target` (`variants` collects each kernel's implementation)."""
     try:
-        return tvm.compile(mod, target, relax_pipeline=lowering_pipeline(target, lowering, variants),
-                           tir_pipeline=tir_pipeline_for(target))
+        return tvm.compile(
+            mod,
+            target,
+            relax_pipeline=lowering_pipeline(target, lowering, variants),
+            tir_pipeline=tir_pipeline_for(target),
+        )
     except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CompileFailed(f"TVM could not build for {target.kind.name}: {message}") from exc

@@ -11,6 +11,7 @@ TVM's own `FoldBatchnormToConv2D` misses the ONNX import's form (the conv bias
 is an ``add`` between the conv and the norm) and leaves the unused
 running-statistics outputs computing; this pass handles both.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,8 +51,15 @@ class FoldBatchNormIntoConv:
         conv, norm = matches[self.conv], matches[self.norm]
         attrs, bn = conv.attrs, norm.attrs
         weight = _array(matches[self.weight])
-        if (bn.training or int(bn.axis) != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW"
-                or attrs.out_layout != "NCHW" or weight.dtype != np.float32 or conv.ty.dtype != "float32"):
+        if (
+            bn.training
+            or int(bn.axis) != 1
+            or attrs.data_layout != "NCHW"
+            or attrs.kernel_layout != "OIHW"
+            or attrs.out_layout != "NCHW"
+            or weight.dtype != np.float32
+            or conv.ty.dtype != "float32"
+        ):
             return expr
         channels = weight.shape[0]
         gamma, beta, mean, var = (_array(matches[p]).astype(np.float64) for p in self.stats)

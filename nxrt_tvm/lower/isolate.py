@@ -12,6 +12,7 @@ library (which an EPContext or the compile cache needs anyway) and sends the
 bytes back through a pipe; the parent loads them. A child that dies by a signal, or runs past the time
 limit, becomes a `CompileFailed` that names the signal.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -53,7 +54,7 @@ def _child(fn: Callable[[], object], write_fd: int) -> None:
             payload = pickle.dumps(("failed", f"{type(exc).__name__}: {exc}"))
         view = memoryview(payload)
         while view:
-            view = view[os.write(write_fd, view):]
+            view = view[os.write(write_fd, view) :]
     finally:
         os._exit(0)
 
@@ -74,7 +75,9 @@ def _read_all(read_fd: int, pid: int, deadline: float) -> bytes:
 def run_isolated(fn: Callable[[], T], what: str, timeout_s: float) -> T:
     """`fn()` run in a forked child; its (picklable) result, or `CompileFailed` if it failed, crashed or hung."""
     read_fd, write_fd = os.pipe()
-    with warnings.catch_warnings():  # Python 3.12+ warns on fork in a threaded process; the child only compiles
+    with (
+        warnings.catch_warnings()
+    ):  # Python 3.12+ warns on fork in a threaded process; the child only compiles
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's coverage is not collected
@@ -93,7 +96,9 @@ def run_isolated(fn: Callable[[], T], what: str, timeout_s: float) -> T:
         name = signal.Signals(os.WTERMSIG(status)).name
         raise CompileFailed(f"TVM crashed ({name}) while compiling {what}")
     if not data:
-        raise CompileFailed(f"the compiler process for {what} exited ({os.WEXITSTATUS(status)}) without a result")
+        raise CompileFailed(
+            f"the compiler process for {what} exited ({os.WEXITSTATUS(status)}) without a result"
+        )
     kind, value = pickle.loads(data)
     if kind == "failed":
         raise CompileFailed(value)

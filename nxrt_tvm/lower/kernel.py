@@ -1,4 +1,5 @@
 """A `Kernel` over a compiled Relax VM executable."""
+
 from __future__ import annotations
 
 import threading
@@ -19,9 +20,12 @@ from .target import tvm_device
 __all__ = ["TvmKernel"]
 
 
-def _to_tvm(view: TensorView, device: DeviceId, tvm_dev: tvm.runtime.Device,
-            staged: tuple[np.ndarray, tvm.runtime.Tensor] | None = None,
-            ) -> tuple[tvm.runtime.Tensor, tuple[np.ndarray, tvm.runtime.Tensor] | None]:
+def _to_tvm(
+    view: TensorView,
+    device: DeviceId,
+    tvm_dev: tvm.runtime.Device,
+    staged: tuple[np.ndarray, tvm.runtime.Tensor] | None = None,
+) -> tuple[tvm.runtime.Tensor, tuple[np.ndarray, tvm.runtime.Tensor] | None]:
     """The view as a TVM tensor, and the aligned host copy made for it (None where it is shared zero-copy).
 
     Zero-copy where the memory is already what TVM code assumes (aligned, contiguous, writable). Otherwise
@@ -101,8 +105,9 @@ class TvmKernel(Kernel):
     def prepare(self) -> None:
         if not self._tvm_device.exist:
             raise EpLoadFailed(
-                str(self.device), f"no {self.device.type.value} device is visible to TVM; run on a host that has one, "
-                "or compile ahead of time (nxrt-tvm compile) and deploy there"
+                str(self.device),
+                f"no {self.device.type.value} device is visible to TVM; run on a host that has one, "
+                "or compile ahead of time (nxrt-tvm compile) and deploy there",
             )
         self._per_thread()
 
@@ -117,7 +122,9 @@ class TvmKernel(Kernel):
 
     def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
         if len(inputs) != len(self.input_names):
-            raise InvalidTensorView(f"kernel {self.name} takes {len(self.input_names)} inputs, got {len(inputs)}")
+            raise InvalidTensorView(
+                f"kernel {self.name} takes {len(self.input_names)} inputs, got {len(inputs)}"
+            )
         main, staging = self._per_thread()
         args, used = [], []
         for k, view in enumerate(inputs):
@@ -133,14 +140,16 @@ class TvmKernel(Kernel):
             if guard is not None:
                 raise IndexOutOfBounds(
                     f"TVM kernel {self.name}: {guard.text}{self._bad_index(guard, inputs)}; fix the input "
-                    "(onnxruntime refuses it too)", guard.node,
+                    "(onnxruntime refuses it too)",
+                    guard.node,
                 ) from None
             raise KernelFailed(f"TVM kernel {self.name} failed: {exc}") from exc
         outputs = [result] if len(self.output_names) == 1 else list(result)
         if len(outputs) != len(self.output_names):
-            raise KernelFailed(f"kernel {self.name} returned {len(outputs)} outputs, expected {len(self.output_names)}")
+            raise KernelFailed(
+                f"kernel {self.name} returned {len(outputs)} outputs, expected {len(self.output_names)}"
+            )
         return [_as_view(_unaliased(value, used), want) for value, want in zip(outputs, self._output_dtypes)]
-
 
     def _bad_index(self, guard: GuardFailure, inputs: Sequence[TensorView]) -> str:
         """The first out-of-range index, where the indices are this kernel's input and index one dim of known size."""
@@ -163,7 +172,9 @@ def _as_view(value: object, want: np.dtype | None) -> TensorView:
     type wins in both cases.
     """
     if not isinstance(value, tvm.runtime.Tensor):
-        return TensorView(np.asarray(tuple(value) if not np.isscalar(value) else value, dtype=want or np.int64))
+        return TensorView(
+            np.asarray(tuple(value) if not np.isscalar(value) else value, dtype=want or np.int64)
+        )
     view = TensorView(value)
     if want is None or view.dtype == want or view.device.type is not DeviceType.CPU:
         return view

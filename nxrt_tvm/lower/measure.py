@@ -13,6 +13,7 @@ spinning threads left alive kept both cores busy while TVM ran (an MLP measured
 user running it alone would see (the bundled model's convs: 208 us, not ~150).
 The two are not interleaved, so drift between them is limited by the short budget.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -58,9 +59,12 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
 @lru_cache(maxsize=1)
 def ort_run_floor_us() -> float:
     """What one onnxruntime `run` costs before any node computes (an Identity of one float), in us."""
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "floor",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "floor",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
     session = _session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     feeds = {"x": np.zeros(1, np.float32)}
     return 1e6 * median_seconds(lambda: session.run(None, feeds), 200, warmup=10, budget_s=0.05)
@@ -74,8 +78,13 @@ def measure_partition(
     arrays = _inputs(graph, inputs)
     if arrays is None:
         return None
-    kernel = TvmKernel(module, DeviceId(DeviceType.CPU, 0), name, [graph.info(i) for i in inputs],
-                       [graph.info(o) for o in outputs])
+    kernel = TvmKernel(
+        module,
+        DeviceId(DeviceType.CPU, 0),
+        name,
+        [graph.info(i) for i in inputs],
+        [graph.info(o) for o in outputs],
+    )
     views = [TensorView(a) for a in arrays]
     ort_s = _ort_seconds(partition_model(graph, nodes, name), dict(zip(inputs, arrays)), budget_s / 2)
     tvm_s = median_seconds(lambda: kernel.compute(views), 100, warmup=3, budget_s=budget_s / 2)

@@ -11,6 +11,7 @@ over the rules; the kernels after FuseTIR are what tuning tasks are made of
 Constant weights may be repacked by a schedule (`layout_passes`): the
 repacking is moved out of the kernel and folded at compile time.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,7 +31,17 @@ from . import schedules
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
 
-__all__ = ["codegen_digest", "RECORD_UNFIT", "RULE_KEPT", "Lowering", "fusion_passes", "layout_passes", "lowering_passes", "lowering_pipeline", "schedule_phase"]
+__all__ = [
+    "codegen_digest",
+    "RECORD_UNFIT",
+    "RULE_KEPT",
+    "Lowering",
+    "fusion_passes",
+    "layout_passes",
+    "lowering_passes",
+    "lowering_pipeline",
+    "schedule_phase",
+]
 
 
 @dataclass(frozen=True)
@@ -44,13 +55,17 @@ class Lowering:
 
     def digest(self) -> str:
         """What of this configuration shapes compiled code (compile-cache keys)."""
-        schedule = "default" if self.schedule_passes is None else ",".join(p.info.name for p in self.schedule_passes)
-        return "|".join([
-            ",".join(p.info.name for p in self.user_passes),
-            schedule,
-            self.database.digest if self.database is not None else "",
-            self.conv_algorithm,
-        ])
+        schedule = (
+            "default" if self.schedule_passes is None else ",".join(p.info.name for p in self.schedule_passes)
+        )
+        return "|".join(
+            [
+                ",".join(p.info.name for p in self.user_passes),
+                schedule,
+                self.database.digest if self.database is not None else "",
+                self.conv_algorithm,
+            ]
+        )
 
 
 #: the source that decides what code a partition compiles to: the frontend's converters and all of `lower/`
@@ -75,7 +90,9 @@ def _backend(target: tvm.target.Target):
 
 
 def schedule_phase(
-    target: tvm.target.Target, schedule_passes: Sequence[tvm.transform.Pass] | None = None, conv_algorithm: str = "auto"
+    target: tvm.target.Target,
+    schedule_passes: Sequence[tvm.transform.Pass] | None = None,
+    conv_algorithm: str = "auto",
 ) -> tuple[list[tvm.transform.Pass], list[tvm.transform.Pass]]:
     """(before legalisation, after FuseTIR) passes of the default schedules.
 
@@ -99,7 +116,10 @@ def layout_passes(target: tvm.target.Target) -> tuple[list[tvm.transform.Pass], 
     """
     if target.kind.name != "llvm":
         return [], []
-    return [relax.transform.AttachAttrLayoutFreeBuffers()], [_split_layout_rewrites(), relax.transform.FoldConstant()]
+    return [relax.transform.AttachAttrLayoutFreeBuffers()], [
+        _split_layout_rewrites(),
+        relax.transform.FoldConstant(),
+    ]
 
 
 def _rewrites_layout(func: tvm.tirx.PrimFunc) -> bool:
@@ -129,7 +149,11 @@ def _split_layout_rewrites() -> tvm.transform.Pass:
         rewriting = False
         updates = {}
         for gv, func in mod.functions_items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None or "layout_free_buffers" not in func.attrs:
+            if (
+                not isinstance(func, tvm.tirx.PrimFunc)
+                or func.attrs is None
+                or "layout_free_buffers" not in func.attrs
+            ):
                 continue
             if _rewrites_layout(func):
                 rewriting = True
@@ -150,7 +174,12 @@ def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) ->
     backend = _backend(target)
     pre_legalize, _ = schedule_phase(target, lowering.schedule_passes, lowering.conv_algorithm)
     mark_layout_free, _ = layout_passes(target)
-    return [*backend.library_dispatch_passes(target), *pre_legalize, *backend.legalize_passes(target), *mark_layout_free]
+    return [
+        *backend.library_dispatch_passes(target),
+        *pre_legalize,
+        *backend.legalize_passes(target),
+        *mark_layout_free,
+    ]
 
 
 _TUNED = {
@@ -170,7 +199,9 @@ def _variant(name: str, attrs) -> KernelVariant:
     if how in _TUNED:
         return KernelVariant(name, *_TUNED[how])
     if RULE_ATTR in attrs:
-        reason = {"rule-best": RULE_KEPT, "unfit": RECORD_UNFIT}.get(how, "no tuning record; default CPU schedule rule")
+        reason = {"rule-best": RULE_KEPT, "unfit": RECORD_UNFIT}.get(
+            how, "no tuning record; default CPU schedule rule"
+        )
         return KernelVariant(name, f"default:{attrs[RULE_ATTR]}", reason)
     return KernelVariant(name, "tvm-default", "no tuning record and no schedule rule fits")
 

@@ -24,6 +24,7 @@ that come back as floats, and a value within an ulp of a rounding half-point lan
 either neighbour whatever computes it (two runtimes that sum in another order already
 disagree there): its tolerance is one quantisation step, not an ulp.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,14 +50,32 @@ class Approximation:
 
 #: Measured here on 2**20 evenly spaced float32 points per domain (softmax: 4096 rows of 256).
 APPROXIMATIONS = (
-    Approximation("relax.exp", "topi.fast_exp", 5e-6, "relative", (-87.0, 88.0),
-                  "4.1e-6 measured, growing with |x| (range reduction by a float32 ln 2; 1.1e-6 on [-20, 20]); "
-                  "0 below -87.3 (exact: denormals under 1.2e-38); inf above 88.38 (exact: finite up to 88.72)"),
+    Approximation(
+        "relax.exp",
+        "topi.fast_exp",
+        5e-6,
+        "relative",
+        (-87.0, 88.0),
+        "4.1e-6 measured, growing with |x| (range reduction by a float32 ln 2; 1.1e-6 on [-20, 20]); "
+        "0 below -87.3 (exact: denormals under 1.2e-38); inf above 88.38 (exact: finite up to 88.72)",
+    ),
     Approximation("relax.erf", "topi.fast_erf", 5e-7, "relative", (-8.0, 8.0), "4.2e-7 measured (7 ulp)"),
-    Approximation("relax.tanh", "topi.fast_tanh", 5e-7, "relative", (-9.0, 9.0),
-                  "3.6e-7 measured (6 ulp); the rational approximation onnxruntime's Tanh uses too"),
-    Approximation("relax.nn.softmax", "topi.nn.fast_softmax", 5e-7, "absolute", (-80.0, 80.0),
-                  "3.2e-7 measured: fast_exp after the row max"),
+    Approximation(
+        "relax.tanh",
+        "topi.fast_tanh",
+        5e-7,
+        "relative",
+        (-9.0, 9.0),
+        "3.6e-7 measured (6 ulp); the rational approximation onnxruntime's Tanh uses too",
+    ),
+    Approximation(
+        "relax.nn.softmax",
+        "topi.nn.fast_softmax",
+        5e-7,
+        "absolute",
+        (-80.0, 80.0),
+        "3.2e-7 measured: fast_exp after the row max",
+    ),
 )
 
 _FAST = {
@@ -89,7 +108,9 @@ def _discrete_consumer(call: relax.Call) -> bool:
         return False
     if call.op.name in _ROUNDING:
         return True
-    takes_float = any(_is_float(d) for arg in call.args if isinstance(arg, relax.Expr) for d in _dtypes(arg.ty))
+    takes_float = any(
+        _is_float(d) for arg in call.args if isinstance(arg, relax.Expr) for d in _dtypes(arg.ty)
+    )
     return takes_float and any(not _is_float(d) for d in _dtypes(call.ty))
 
 
@@ -127,13 +148,19 @@ def exact_vars(func: relax.Function) -> set[relax.Var]:
         """Whether every use of `var` leads only to quantize/dequantize (a zero point, a scale)."""
         uses = users.get(var, [])
         return bool(uses) and all(
-            isinstance(values[u], relax.Call) and isinstance(values[u].op, tvm.ir.Op)
-            and values[u].op.name in _QPARAM_PATH and (values[u].op.name in _QUANTIZE or quantisation_parameter(u))
+            isinstance(values[u], relax.Call)
+            and isinstance(values[u].op, tvm.ir.Op)
+            and values[u].op.name in _QPARAM_PATH
+            and (values[u].op.name in _QUANTIZE or quantisation_parameter(u))
             for u in uses
         )
 
-    exact = {used for var in collect.discrete if not quantisation_parameter(var)
-             for used in relax.analysis.free_vars(values[var])}
+    exact = {
+        used
+        for var in collect.discrete
+        if not quantisation_parameter(var)
+        for used in relax.analysis.free_vars(values[var])
+    }
     changed = True
     while changed:  # one reverse pass settles straight-line code; nested blocks may need another
         changed = False
@@ -158,8 +185,12 @@ class _Approximate(PyExprMutator):
         super().visit_var_binding_(binding)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
-        if (isinstance(call.op, tvm.ir.Op) and call.op.name in _FAST and self._binding is not None
-                and self._binding not in self.exact):
+        if (
+            isinstance(call.op, tvm.ir.Op)
+            and call.op.name in _FAST
+            and self._binding is not None
+            and self._binding not in self.exact
+        ):
             return _FAST[call.op.name](self.builder_, self.visit_expr(call.args[0]), call.attrs)
         return super().visit_call_(call)
 

@@ -1,4 +1,5 @@
 """TVM targets for the host CPU (features detected) and CUDA."""
+
 from __future__ import annotations
 
 import json

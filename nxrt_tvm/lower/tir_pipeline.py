@@ -14,6 +14,7 @@ The limit is far below the 8 MB stacks of Linux threads (TVM's workers and
 callers alike), and buffers allocated once per call (padded inputs, whole
 intermediates) stay in the workspace pool.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -24,7 +25,14 @@ from tvm import tirx
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
-__all__ = ["CPU_TIR_PIPELINE", "STACK_LIMIT_BYTES", "MEASURED_PIPELINE", "StackAllocateSmallBuffers", "tir_pipeline_for", "build_for_measurement"]
+__all__ = [
+    "CPU_TIR_PIPELINE",
+    "STACK_LIMIT_BYTES",
+    "MEASURED_PIPELINE",
+    "StackAllocateSmallBuffers",
+    "tir_pipeline_for",
+    "build_for_measurement",
+]
 
 #: name of the CPU pipeline in TVM's TIR pipeline registry (`tvm.compile(..., tir_pipeline=...)` takes names)
 CPU_TIR_PIPELINE = "nxrt_tvm.cpu"
@@ -51,14 +59,21 @@ def _constant_bytes(buffer: tirx.Buffer) -> int | None:
 def _on_stack(alloc: tirx.AllocBuffer) -> tirx.AllocBuffer:
     annotations = dict(alloc.annotations or {})
     size = _constant_bytes(alloc.buffer)
-    if _KEEP_AS_ALLOCA in annotations or alloc.buffer.scope() not in ("global", "local") or size is None or size > STACK_LIMIT_BYTES:
+    if (
+        _KEEP_AS_ALLOCA in annotations
+        or alloc.buffer.scope() not in ("global", "local")
+        or size is None
+        or size > STACK_LIMIT_BYTES
+    ):
         return alloc
     annotations[_KEEP_AS_ALLOCA] = tirx.IntImm("bool", 1)
     return tirx.AllocBuffer(alloc.buffer, annotations=annotations, span=alloc.span)
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="nxrt_tvm.StackAllocateSmallBuffers")
-def StackAllocateSmallBuffers(func: tirx.PrimFunc, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tirx.PrimFunc:
+def StackAllocateSmallBuffers(
+    func: tirx.PrimFunc, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext
+) -> tirx.PrimFunc:
     """Mark constant-size global/local buffers up to `STACK_LIMIT_BYTES` to stay stack allocations."""
     return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, _on_stack)))
 

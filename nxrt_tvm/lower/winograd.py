@@ -20,6 +20,7 @@ points of Barabasz et al. that keep fp32 error lowest); the error grows with
 the tile, so small maps and few channels (where the transforms would cost
 more than they save) keep the direct convolution.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,7 +64,9 @@ def _const(matrix: np.ndarray, row, col, dtype: str) -> tirx.PrimExpr:
     for r in range(matrix.shape[0]):
         for c in range(matrix.shape[1]):
             if matrix[r, c] != 0:
-                value = tirx.Select(tirx.all(row == r, col == c), tirx.const(float(matrix[r, c]), dtype), value)
+                value = tirx.Select(
+                    tirx.all(row == r, col == c), tirx.const(float(matrix[r, c]), dtype), value
+                )
     return value
 
 
@@ -76,7 +79,10 @@ def _input_transform(x: te.Tensor, m: int, pad: tuple[int, int, int, int]) -> te
     padded = te.compute(
         (n, tiles_h * m + 2, tiles_w * m + 2, c),
         lambda b, y, z, ch: tirx.if_then_else(
-            tirx.all(y >= top, y < h + top, z >= left, z < w + left), x[b, y - top, z - left, ch], tirx.const(0.0, x.dtype)),
+            tirx.all(y >= top, y < h + top, z >= left, z < w + left),
+            x[b, y - top, z - left, ch],
+            tirx.const(0.0, x.dtype),
+        ),
         name=PAD_BLOCK,
     )
     _, bmat, _ = _matrices(m)
@@ -88,8 +94,10 @@ def _input_transform(x: te.Tensor, m: int, pad: tuple[int, int, int, int]) -> te
         eps, nu = e // alpha, e % alpha
         b, t = p // per_image, p % per_image
         y, z = t // tiles_w * m, t % tiles_w * m
-        return te.sum(_const(bmat, r1, eps, x.dtype) * _const(bmat, r2, nu, x.dtype) * padded[b, y + r1, z + r2, ch],
-                      axis=[r1, r2])
+        return te.sum(
+            _const(bmat, r1, eps, x.dtype) * _const(bmat, r2, nu, x.dtype) * padded[b, y + r1, z + r2, ch],
+            axis=[r1, r2],
+        )
 
     return te.compute((alpha * alpha, n * per_image, c), value, name=INPUT_BLOCK)
 
@@ -105,8 +113,12 @@ def _output_transform(mm: te.Tensor, m: int, n: int, h: int, w: int) -> te.Tenso
 
     def value(b, y, z, k):
         p = b * per_image + y // m * tiles_w + z // m
-        return te.sum(_const(amat, eps, y % m, mm.dtype) * _const(amat, nu, z % m, mm.dtype) * mm[eps * alpha + nu, p, k],
-                      axis=[eps, nu])
+        return te.sum(
+            _const(amat, eps, y % m, mm.dtype)
+            * _const(amat, nu, z % m, mm.dtype)
+            * mm[eps * alpha + nu, p, k],
+            axis=[eps, nu],
+        )
 
     return te.compute((n, h, w, int(mm.shape[2])), value, name=OUTPUT_BLOCK)
 
@@ -138,7 +150,11 @@ class _Rewriter(PyExprMutator):
             expr = self.lookup_binding(expr)
         if isinstance(expr, tvm.ir.expr.Constant):
             return expr.value.numpy()
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.permute_dims":
+        if (
+            isinstance(expr, relax.Call)
+            and isinstance(expr.op, tvm.ir.Op)
+            and expr.op.name == "relax.permute_dims"
+        ):
             value = self._constant(expr.args[0])
             if value is not None:
                 axes = None if expr.attrs.axes is None else [int(a) for a in expr.attrs.axes]
@@ -150,9 +166,14 @@ class _Rewriter(PyExprMutator):
             return None
         data, weight = call.args
         attrs = call.attrs
-        if (attrs.data_layout != "NHWC" or attrs.kernel_layout != "HWIO" or attrs.out_layout != "NHWC"
-                or int(attrs.groups) != 1 or any(int(s) != 1 for s in attrs.strides)
-                or any(int(d) != 1 for d in attrs.dilation)):
+        if (
+            attrs.data_layout != "NHWC"
+            or attrs.kernel_layout != "HWIO"
+            or attrs.out_layout != "NHWC"
+            or int(attrs.groups) != 1
+            or any(int(s) != 1 for s in attrs.strides)
+            or any(int(d) != 1 for d in attrs.dilation)
+        ):
             return None
         kernel = self._constant(weight)
         dtype = call.ty.dtype
@@ -168,10 +189,14 @@ class _Rewriter(PyExprMutator):
         if m is None:
             return None
         pad = tuple(int(p) for p in attrs.padding)
-        v = self.builder_.emit(self.builder_.call_te(_input_transform, data, m, pad, primfunc_name_hint=INPUT_BLOCK))
+        v = self.builder_.emit(
+            self.builder_.call_te(_input_transform, data, m, pad, primfunc_name_hint=INPUT_BLOCK)
+        )
         u = relax.const(transform_weight(kernel, m))
         mm = self.builder_.emit(relax.op.matmul(v, u))
-        return self.builder_.call_te(_output_transform, mm, m, n, h_out, w_out, primfunc_name_hint=OUTPUT_BLOCK)
+        return self.builder_.call_te(
+            _output_transform, mm, m, n, h_out, w_out, primfunc_name_hint=OUTPUT_BLOCK
+        )
 
 
 @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.WinogradConv2D")

@@ -9,13 +9,23 @@ The plugin (sources in `plugin/`) claims the EPContext nodes whose `source` is
 ``TvmExecutionProvider`` and whose blob passes the checks `nxrt_tvm.epcontext.compat`
 makes; ORT's CPU EP runs every other node.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Any
 
-from .build import EP_NAME, NPM_PACKAGE, PluginBuildError, PluginCompileError, build_plugin, cache_root, ort_headers, plugin_source_dir
+from .build import (
+    EP_NAME,
+    NPM_PACKAGE,
+    PluginBuildError,
+    PluginCompileError,
+    build_plugin,
+    cache_root,
+    ort_headers,
+    plugin_source_dir,
+)
 
 __all__ = [
     "EP_NAME",
@@ -63,13 +73,16 @@ def register(
     return path
 
 
-def session_options(ort_module: Any | None = None, provider_options: dict[str, str] | None = None,
-                    base: Any | None = None) -> Any:
+def session_options(
+    ort_module: Any | None = None, provider_options: dict[str, str] | None = None, base: Any | None = None
+) -> Any:
     """`SessionOptions` that put the plugin first; ORT's CPU EP takes every node it does not claim."""
     ort = _ort(ort_module)
     options = base if base is not None else ort.SessionOptions()
     devices = ep_devices(ort)
     if not devices:
-        raise PluginBuildError("the nxrt-tvm plugin is not registered with this onnxruntime; call nxrt_tvm.ort.register() first")
+        raise PluginBuildError(
+            "the nxrt-tvm plugin is not registered with this onnxruntime; call nxrt_tvm.ort.register() first"
+        )
     options.add_provider_for_devices(devices, dict(provider_options or {}))
     return options

@@ -8,6 +8,7 @@ The built library is cached under a key of everything that shapes it (sources,
 headers, TVM and TVM-FFI versions and paths, compiler, flags), so a change to
 any of them rebuilds it and nothing else does.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,8 +46,16 @@ NPM_HEADERS = "package/Plugins/iOS~/onnxruntime.xcframework/ios-arm64/onnxruntim
 REQUIRED_HEADERS = ("onnxruntime_c_api.h", "onnxruntime_ep_c_api.h", "onnxruntime_error_code.h")
 #: the plugin-EP ABI the plugin is written against (OrtEp::Compile, GetTensorElementTypeAndShapeDataReference)
 MIN_ORT_API_VERSION = 24
-CFLAGS = ("-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wno-missing-field-initializers", "-fPIC", "-shared",
-          "-fvisibility=hidden")
+CFLAGS = (
+    "-std=c11",
+    "-D_GNU_SOURCE",
+    "-O2",
+    "-Wall",
+    "-Wno-missing-field-initializers",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+)
 
 
 class PluginBuildError(RuntimeError):
@@ -62,7 +71,9 @@ def plugin_source_dir() -> Path:
     env = os.environ.get("NXRT_TVM_ORT_PLUGIN_SRC")
     path = Path(env) if env else Path(__file__).resolve().parents[2] / "plugin"
     if not (path / "ep.c").is_file():
-        raise PluginBuildError(f"the plugin sources are not at {path}; set NXRT_TVM_ORT_PLUGIN_SRC to the plugin/ folder")
+        raise PluginBuildError(
+            f"the plugin sources are not at {path}; set NXRT_TVM_ORT_PLUGIN_SRC to the plugin/ folder"
+        )
     return path
 
 
@@ -75,19 +86,25 @@ def cache_root() -> Path:
 
 
 def _api_version(include: Path) -> int:
-    match = re.search(r"#define\s+ORT_API_VERSION\s+(\d+)", (include / "onnxruntime_c_api.h").read_text(errors="replace"))
+    match = re.search(
+        r"#define\s+ORT_API_VERSION\s+(\d+)", (include / "onnxruntime_c_api.h").read_text(errors="replace")
+    )
     return int(match.group(1)) if match else 0
 
 
 def _check_headers(include: Path, origin: str) -> Path:
     missing = [h for h in REQUIRED_HEADERS if not (include / h).is_file()]
     if missing:
-        raise PluginBuildError(f"{origin} {include} lacks {', '.join(missing)}; point NXRT_TVM_ORT_INCLUDE at the folder "
-                               "that holds onnxruntime_c_api.h and onnxruntime_ep_c_api.h")
+        raise PluginBuildError(
+            f"{origin} {include} lacks {', '.join(missing)}; point NXRT_TVM_ORT_INCLUDE at the folder "
+            "that holds onnxruntime_c_api.h and onnxruntime_ep_c_api.h"
+        )
     version = _api_version(include)
     if version < MIN_ORT_API_VERSION:
-        raise PluginBuildError(f"{origin} {include} declares ORT_API_VERSION {version}; the plugin needs "
-                               f"{MIN_ORT_API_VERSION} or newer (onnxruntime >= 1.{MIN_ORT_API_VERSION} headers)")
+        raise PluginBuildError(
+            f"{origin} {include} declares ORT_API_VERSION {version}; the plugin needs "
+            f"{MIN_ORT_API_VERSION} or newer (onnxruntime >= 1.{MIN_ORT_API_VERSION} headers)"
+        )
     return include
 
 
@@ -96,18 +113,28 @@ def _fetch_npm_headers(dest: Path) -> None:
     if npm is None:
         raise PluginBuildError(
             "ONNX Runtime's C headers are needed to build the plugin: install npm (they are fetched once from the "
-            f"npm package {NPM_PACKAGE}), or set NXRT_TVM_ORT_INCLUDE to a folder holding onnxruntime_c_api.h")
+            f"npm package {NPM_PACKAGE}), or set NXRT_TVM_ORT_INCLUDE to a folder holding onnxruntime_c_api.h"
+        )
     with tempfile.TemporaryDirectory(prefix=".npm-", dir=dest.parent) as tmp:
         log.info("fetching ONNX Runtime headers from npm (%s, ~150 MB, once)", NPM_PACKAGE)
         try:
-            done = subprocess.run([npm, "pack", NPM_PACKAGE, "--pack-destination", tmp, "--silent"],
-                                  cwd=tmp, capture_output=True, text=True, timeout=900)
+            done = subprocess.run(
+                [npm, "pack", NPM_PACKAGE, "--pack-destination", tmp, "--silent"],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise PluginBuildError(f"`npm pack {NPM_PACKAGE}` failed: {exc}; set NXRT_TVM_ORT_INCLUDE instead") from exc
+            raise PluginBuildError(
+                f"`npm pack {NPM_PACKAGE}` failed: {exc}; set NXRT_TVM_ORT_INCLUDE instead"
+            ) from exc
         tarballs = list(Path(tmp).glob("*.tgz"))
         if done.returncode != 0 or len(tarballs) != 1:
-            raise PluginBuildError(f"`npm pack {NPM_PACKAGE}` failed ({done.stderr.strip()[-400:]}); "
-                                   "set NXRT_TVM_ORT_INCLUDE to a folder holding ONNX Runtime's C headers")
+            raise PluginBuildError(
+                f"`npm pack {NPM_PACKAGE}` failed ({done.stderr.strip()[-400:]}); "
+                "set NXRT_TVM_ORT_INCLUDE to a folder holding ONNX Runtime's C headers"
+            )
         staged = Path(tmp) / "headers"
         staged.mkdir()
         with tarfile.open(tarballs[0]) as tar:
@@ -146,13 +173,19 @@ class _Toolchain:
 
 
 def _toolchain(compiler: str | None) -> _Toolchain:
-    cc = compiler or os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+    cc = (
+        compiler or os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+    )
     path = shutil.which(cc) if cc else None
     if path is None:
-        raise PluginBuildError("building the plugin needs a C compiler (cc, gcc or clang) on PATH, or CC set; "
-                               "install one (e.g. apt-get install gcc)")
+        raise PluginBuildError(
+            "building the plugin needs a C compiler (cc, gcc or clang) on PATH, or CC set; "
+            "install one (e.g. apt-get install gcc)"
+        )
     try:
-        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout.splitlines()[0]
+        version = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=60
+        ).stdout.splitlines()[0]
     except (OSError, IndexError, subprocess.TimeoutExpired):
         version = "?"
     import tvm
@@ -160,19 +193,38 @@ def _toolchain(compiler: str | None) -> _Toolchain:
 
     ffi_root = Path(tvm_ffi.__file__).parent
     runtime = Path(tvm.__file__).parent / "lib" / "libtvm_runtime.so"
-    if not (ffi_root / "include" / "tvm" / "ffi" / "c_api.h").is_file() or not (ffi_root / "lib" / "libtvm_ffi.so").is_file():
-        raise PluginBuildError(f"apache-tvm-ffi at {ffi_root} ships no C headers or libtvm_ffi.so; reinstall it")
+    if (
+        not (ffi_root / "include" / "tvm" / "ffi" / "c_api.h").is_file()
+        or not (ffi_root / "lib" / "libtvm_ffi.so").is_file()
+    ):
+        raise PluginBuildError(
+            f"apache-tvm-ffi at {ffi_root} ships no C headers or libtvm_ffi.so; reinstall it"
+        )
     if not runtime.is_file():
-        raise PluginBuildError(f"apache-tvm at {runtime.parent.parent} ships no lib/libtvm_runtime.so; reinstall it")
+        raise PluginBuildError(
+            f"apache-tvm at {runtime.parent.parent} ships no lib/libtvm_runtime.so; reinstall it"
+        )
     return _Toolchain(path, version, tvm.__version__, ffi_root / "include", ffi_root / "lib", runtime)
 
 
 def _build_key(sources: list[Path], include: Path, tc: _Toolchain) -> str:
     h = hashlib.sha256(b"nxrt-tvm.ort-plugin.v1\0")
-    for part in (*CFLAGS, tc.compiler, tc.compiler_version, tc.tvm_version, str(tc.ffi_include), str(tc.ffi_lib_dir),
-                 str(tc.tvm_runtime), platform.machine()):
+    for part in (
+        *CFLAGS,
+        tc.compiler,
+        tc.compiler_version,
+        tc.tvm_version,
+        str(tc.ffi_include),
+        str(tc.ffi_lib_dir),
+        str(tc.tvm_runtime),
+        platform.machine(),
+    ):
         h.update(part.encode() + b"\0")
-    for path in [*sources, *(include / n for n in REQUIRED_HEADERS), tc.ffi_include / "tvm" / "ffi" / "c_api.h"]:
+    for path in [
+        *sources,
+        *(include / n for n in REQUIRED_HEADERS),
+        tc.ffi_include / "tvm" / "ffi" / "c_api.h",
+    ]:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:20]
 
@@ -201,13 +253,20 @@ def build_plugin(
         fd, tmp = tempfile.mkstemp(prefix=f".{LIBRARY_NAME}.", suffix=".tmp", dir=out_dir)
         os.close(fd)
         command = [
-            tc.compiler, *CFLAGS,
-            f"-I{include}", f"-I{tc.ffi_include}",
+            tc.compiler,
+            *CFLAGS,
+            f"-I{include}",
+            f"-I{tc.ffi_include}",
             f'-DNXRT_TVM_VERSION="{tc.tvm_version}"',
             f'-DNXRT_TVM_RUNTIME_LIB="{tc.tvm_runtime}"',
             *(str(s) for s in sources if s.suffix == ".c"),
-            "-o", tmp,
-            f"-L{tc.ffi_lib_dir}", "-ltvm_ffi", f"-Wl,-rpath,{tc.ffi_lib_dir}", "-lpthread", "-ldl",
+            "-o",
+            tmp,
+            f"-L{tc.ffi_lib_dir}",
+            "-ltvm_ffi",
+            f"-Wl,-rpath,{tc.ffi_lib_dir}",
+            "-lpthread",
+            "-ldl",
         ]
         log.info("building the ORT plugin: %s", " ".join(command))
         try:

@@ -1,4 +1,5 @@
 """`nxrt-tvm ort-plugin build`: build (or find cached) the ONNX Runtime plugin library and print its path."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Add `ort-plugin build` to the `nxrt-tvm` command's subparsers."""
-    plugin = subparsers.add_parser("ort-plugin", help="the plugin EP library that runs EPContext models in stock onnxruntime")
+    plugin = subparsers.add_parser(
+        "ort-plugin", help="the plugin EP library that runs EPContext models in stock onnxruntime"
+    )
     actions = plugin.add_subparsers(dest="ort_plugin_command", required=True)
     build = actions.add_parser(
         "build",
@@ -35,8 +38,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "package fetched once) and print its path; register it with "
         "onnxruntime.register_execution_provider_library('TvmExecutionProvider', PATH).",
     )
-    build.add_argument("--include-dir", type=Path, help="folder holding onnxruntime_c_api.h and onnxruntime_ep_c_api.h")
-    build.add_argument("--output-dir", type=Path, help="where to put the library (default: the nxrt-tvm cache)")
+    build.add_argument(
+        "--include-dir", type=Path, help="folder holding onnxruntime_c_api.h and onnxruntime_ep_c_api.h"
+    )
+    build.add_argument(
+        "--output-dir", type=Path, help="where to put the library (default: the nxrt-tvm cache)"
+    )
     build.add_argument("--cc", help="C compiler (default: $CC, cc, gcc or clang)")
     build.add_argument("--force", action="store_true", help="rebuild even when a cached build matches")
     build.add_argument("--json", action="store_true", help="machine-readable output")

@@ -1,4 +1,5 @@
 """Per-node capability checks, whole-subgraph grouping, and the partition plan."""
+
 from .grouping import group_nodes
 from .plan import PartitionPlan, make_plan
 

@@ -1,4 +1,5 @@
 """Turn node groups into `SubgraphClaim`s with boundaries and content-based names."""
+
 from __future__ import annotations
 
 import hashlib
@@ -33,5 +34,9 @@ def make_claims(
     claims = []
     for group in groups:
         inputs, outputs = graph.boundary(group)
-        claims.append(SubgraphClaim(ep, partition_name(graph, group, prefix), tuple(sorted(group)), inputs, outputs, cost))
+        claims.append(
+            SubgraphClaim(
+                ep, partition_name(graph, group, prefix), tuple(sorted(group)), inputs, outputs, cost
+            )
+        )
     return tuple(claims)

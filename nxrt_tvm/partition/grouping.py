@@ -7,6 +7,7 @@ path: A -> X(other EP) -> B beside A -> B never puts A and B together. Groups
 fixed earlier (claims of a higher-priority EP) take part as single vertices,
 so the whole plan, across EPs, is a DAG of partitions.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence

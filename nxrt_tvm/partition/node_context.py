@@ -1,4 +1,5 @@
 """What a capability check sees of one node: op, opset, attributes, input/output types, constants."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """The partition plan: which EP runs which subgraph, in what order, and every decline."""
+
 from __future__ import annotations
 
 import heapq
@@ -29,7 +30,9 @@ class PartitionPlan:
             counts[str(p.ep)] += len(p.nodes)
         return dict(counts)
 
-    def to_json(self, graph: GraphView | None = None, variants: Mapping[str, Sequence[KernelVariant]] | None = None) -> dict:
+    def to_json(
+        self, graph: GraphView | None = None, variants: Mapping[str, Sequence[KernelVariant]] | None = None
+    ) -> dict:
         def ops(p: SubgraphClaim) -> dict[str, int]:
             return dict(Counter(graph.nodes[i].op_type for i in p.nodes)) if graph else {}
 
@@ -45,14 +48,19 @@ class PartitionPlan:
                     "inputs": list(p.inputs),
                     "outputs": list(p.outputs),
                     "cost": str(p.cost),
-                    "kernels": [{"name": v.name, "variant": v.variant, "reason": v.reason} for v in (variants or {}).get(p.name, ())],
+                    "kernels": [
+                        {"name": v.name, "variant": v.variant, "reason": v.reason}
+                        for v in (variants or {}).get(p.name, ())
+                    ],
                 }
                 for p in self.partitions
             ],
             "declines": [d.to_json() for d in self.declines],
         }
 
-    def format(self, graph: GraphView | None = None, variants: Mapping[str, Sequence[KernelVariant]] | None = None) -> str:
+    def format(
+        self, graph: GraphView | None = None, variants: Mapping[str, Sequence[KernelVariant]] | None = None
+    ) -> str:
         lines = [
             f"{len(self.partitions)} partitions over {self.node_count} nodes "
             + ", ".join(f"{ep}: {n}" for ep, n in self.nodes_by_ep().items())
@@ -68,7 +76,9 @@ class PartitionPlan:
                 lines.append(f"  {'':<20} cost: {p.cost}")
             kinds = Counter(v.variant for v in (variants or {}).get(p.name, ()))
             if kinds:
-                lines.append(f"  {'':<20} kernels: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+                lines.append(
+                    f"  {'':<20} kernels: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+                )
         if self.declines:
             lines.append(f"{len(self.declines)} declines:")
             lines.extend(f"  - {d}" for d in self.declines)
@@ -78,7 +88,9 @@ class PartitionPlan:
 def _order(graph: GraphView, partitions: Sequence[SubgraphClaim]) -> tuple[SubgraphClaim, ...]:
     """Topological order of the partition DAG (ties broken by first node, so it is deterministic)."""
     owner = {n: k for k, p in enumerate(partitions) for n in p.nodes}
-    deps = [{owner[q] for n in p.nodes for q in graph.predecessors[n]} - {k} for k, p in enumerate(partitions)]
+    deps = [
+        {owner[q] for n in p.nodes for q in graph.predecessors[n]} - {k} for k, p in enumerate(partitions)
+    ]
     users: list[list[int]] = [[] for _ in partitions]
     for k, d in enumerate(deps):
         for q in d:
@@ -120,7 +132,10 @@ def make_plan(
         i = missing[0]
         node = graph.nodes[i]
         raise NoEpForOp(
-            node.name, node.domain, node.op_type, graph.opset_of(i),
+            node.name,
+            node.domain,
+            node.op_type,
+            graph.opset_of(i),
             [str(d) for d in declines if d.node == node.name],
         )
     return PartitionPlan(_order(graph, claims), tuple(declines), len(graph.nodes))

@@ -20,6 +20,7 @@ few converters accept; `rule()` runs that check (`require_no_shape_inputs`)
 before every registered rule, and `register_shape_input_check` registers it
 alone for the ops that have no rule of their own.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -42,8 +43,21 @@ FALLBACK = "runs on the fallback EP"
 # Converters that accept a shape value (the frontend's `shape_compatible_ops`);
 # any other op fed by a Shape output fails to import ("cannot handle ShapeExpr inputs").
 SHAPE_VALUE_OPS = frozenset(
-    {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand", "Concat",
-     "Equal", "Where", "Cast", "CastLike", "Squeeze"}
+    {
+        "Reshape",
+        "Resize",
+        "ConstantOfShape",
+        "Gather",
+        "Slice",
+        "Shape",
+        "Expand",
+        "Concat",
+        "Equal",
+        "Where",
+        "Cast",
+        "CastLike",
+        "Squeeze",
+    }
 )
 
 
@@ -102,7 +116,9 @@ def is_shape_value(ctx: NodeContext, name: str, depth: int = 0) -> bool:
                 flags.append(True)
                 continue
             value = graph.constant(inp)
-            if value is None or (node.op_type == "Concat" and not (value.ndim == 1 and value.dtype == np.int64)):
+            if value is None or (
+                node.op_type == "Concat" and not (value.ndim == 1 and value.dtype == np.int64)
+            ):
                 return False
             flags.append(False)
         return any(flags)
@@ -120,8 +136,25 @@ def is_shape_derived(ctx: NodeContext, i: int, depth: int = 0) -> bool:
     return _shape_derived_name(ctx, ctx.node.input[i], depth)
 
 
-_SHAPE_ARITH = {"Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Cast", "Add", "Sub", "Mul",
-                "Div", "Reshape", "Identity", "Max", "Min", "Where", "Equal", "ConstantOfShape"}
+_SHAPE_ARITH = {
+    "Gather",
+    "Concat",
+    "Unsqueeze",
+    "Squeeze",
+    "Slice",
+    "Cast",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Reshape",
+    "Identity",
+    "Max",
+    "Min",
+    "Where",
+    "Equal",
+    "ConstantOfShape",
+}
 
 
 def _shape_derived_name(ctx: NodeContext, name: str, depth: int) -> bool:
@@ -154,7 +187,9 @@ def require_no_shape_inputs(ctx: NodeContext) -> None:
             )
 
 
-def require_const(ctx: NodeContext, i: int, what: str, *, optional: bool = True, remediation: str = "") -> None:
+def require_const(
+    ctx: NodeContext, i: int, what: str, *, optional: bool = True, remediation: str = ""
+) -> None:
     """Input `i` must be an initializer (or absent, when `optional`)."""
     if not ctx.has_input(i):
         require(optional, Rejected.INPUT, f"{what} (input {i}) is missing", accepts=f"a constant {what}")
@@ -168,7 +203,9 @@ def require_const(ctx: NodeContext, i: int, what: str, *, optional: bool = True,
     )
 
 
-def require_attr(ctx: NodeContext, name: str, ok: Iterable, default, *, accepts: str, remediation: str = "") -> None:
+def require_attr(
+    ctx: NodeContext, name: str, ok: Iterable, default, *, accepts: str, remediation: str = ""
+) -> None:
     value = ctx.attr(name, default)
     if isinstance(value, bytes):
         value = value.decode()
@@ -199,23 +236,60 @@ def require_outputs(ctx: NodeContext, n: int, names: str, *, remediation: str = 
 #: (and onnx's reference) in float32. Measured: MatMul K=256, ReduceSum of 256, Conv 16x3x3 in
 #: float16 are off by 0.4-0.6 % (the suite's rtol is 0.1 %); the fp16 attention and causal-conv
 #: cases of the suite fail for it.
-ACCUMULATING_OPS = frozenset({
-    "MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "CumSum",
-    "ReduceSum", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ReduceProd",
-    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
-    "MeanVarianceNormalization", "RMSNormalization", "SkipLayerNormalization", "LpNormalization",
-    "AveragePool", "GlobalAveragePool", "LpPool", "GlobalLpPool", "Attention",
-})
+ACCUMULATING_OPS = frozenset(
+    {
+        "MatMul",
+        "Gemm",
+        "Conv",
+        "ConvTranspose",
+        "Einsum",
+        "CumSum",
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceSumSquare",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceProd",
+        "Softmax",
+        "LogSoftmax",
+        "LayerNormalization",
+        "GroupNormalization",
+        "InstanceNormalization",
+        "MeanVarianceNormalization",
+        "RMSNormalization",
+        "SkipLayerNormalization",
+        "LpNormalization",
+        "AveragePool",
+        "GlobalAveragePool",
+        "LpPool",
+        "GlobalLpPool",
+        "Attention",
+    }
+)
 _HALF_TYPES = {"float16", "bfloat16"}
 
 
 #: Ops that make or take ONNX sequences: TVM's kernel hands back tensors only, so a sequence
 #: leaving a TVM partition fails at run time (suite: split_to_sequence_nokeepdims, TypeError
 #: "int() argument must be ... not 'Tensor'").
-SEQUENCE_OPS = frozenset({
-    "SequenceConstruct", "SequenceEmpty", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength",
-    "SplitToSequence", "ConcatFromSequence", "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement",
-})
+SEQUENCE_OPS = frozenset(
+    {
+        "SequenceConstruct",
+        "SequenceEmpty",
+        "SequenceAt",
+        "SequenceInsert",
+        "SequenceErase",
+        "SequenceLength",
+        "SplitToSequence",
+        "ConcatFromSequence",
+        "SequenceMap",
+        "Optional",
+        "OptionalGetElement",
+        "OptionalHasElement",
+    }
+)
 
 
 def require_exact_values(ctx: NodeContext) -> None:
@@ -274,7 +348,9 @@ def register_shape_input_check(op_types: Iterable[str]) -> None:
     for op in op_types:
         if ("", op) in TVM_OP_RULES:
             continue
-        TVM_OP_RULES.register(OpKey("", op, 1), require_exact_values if op in SHAPE_VALUE_OPS else _generic_checks)
+        TVM_OP_RULES.register(
+            OpKey("", op, 1), require_exact_values if op in SHAPE_VALUE_OPS else _generic_checks
+        )
 
 
 from . import tvm_rules_nn, tvm_rules_shape  # noqa: E402,F401  (registers the rules)

@@ -1,4 +1,5 @@
 """TVM claim rules for arithmetic, normalisation, pooling, conv, quantisation and misc ops (see `tvm_rules`)."""
+
 from __future__ import annotations
 
 from ..api.claim import Rejected, deny, require
@@ -33,9 +34,29 @@ def require_static_broadcast(ctx: NodeContext, skip_axis: int | None = None) -> 
         )
 
 
-for _op in ("Add", "Sub", "Mul", "Div", "Mod", "And", "Or", "Xor", "Less", "LessOrEqual",
-            "Greater", "GreaterOrEqual", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Max",
-            "Min", "Mean", "Sum", "PRelu"):
+for _op in (
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Mod",
+    "And",
+    "Or",
+    "Xor",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseOr",
+    "BitwiseXor",
+    "Max",
+    "Min",
+    "Mean",
+    "Sum",
+    "PRelu",
+):
     rule(_op)(require_static_broadcast)
 
 
@@ -96,8 +117,14 @@ def _pow(ctx: NodeContext) -> None:
 @rule("IsInf")
 def _isinf(ctx: NodeContext) -> None:
     for name in ("detect_negative", "detect_positive"):
-        require_attr(ctx, name, (1,), 1, accepts=f"{name}=1 (the default)",
-                     remediation=f"{FALLBACK}; use IsInf plus a sign test (Less/Greater) instead")
+        require_attr(
+            ctx,
+            name,
+            (1,),
+            1,
+            accepts=f"{name}=1 (the default)",
+            remediation=f"{FALLBACK}; use IsInf plus a sign test (Less/Greater) instead",
+        )
 
 
 # Without: float16/bfloat16 inputs fail to import (alpha/gamma/theta become float32 constants).
@@ -121,8 +148,14 @@ for _op in ("Elu", "Selu", "ThresholdedRelu"):
 # Without: training_mode=1 returns wrong running mean/variance.
 @rule("BatchNormalization", since=14)
 def _batchnorm(ctx: NodeContext) -> None:
-    require_attr(ctx, "training_mode", (0,), 0, accepts="training_mode=0 (inference)",
-                 remediation=f"{FALLBACK}; export the model in eval mode")
+    require_attr(
+        ctx,
+        "training_mode",
+        (0,),
+        0,
+        accepts="training_mode=0 (inference)",
+        remediation=f"{FALLBACK}; export the model in eval mode",
+    )
     require_outputs(ctx, 1, "the normalised output Y")
 
 
@@ -209,7 +242,8 @@ def _dropout(ctx: NodeContext) -> None:
         require(
             mode is not None and not bool(mode.reshape(-1)[0]),
             Rejected.INPUT,
-            "training_mode is " + ("true" if mode is not None else f"computed at run time ({ctx.node.input[2]!r})"),
+            "training_mode is "
+            + ("true" if mode is not None else f"computed at run time ({ctx.node.input[2]!r})"),
             accepts="inference: no training_mode input, or a constant false",
             remediation=f"{FALLBACK}; export the model in eval mode",
         )
@@ -330,7 +364,11 @@ def _max_unpool(ctx: NodeContext) -> None:
     # Indices are flat positions in the output that TVM writes without a bounds check: accept
     # them from a MaxPool (in range by construction) or as constants in range.
     producer = ctx.graph.producer.get(ctx.node.input[1])
-    if producer is not None and ctx.graph.nodes[producer].op_type == "MaxPool" and ctx.graph.nodes[producer].domain in ("", "ai.onnx"):
+    if (
+        producer is not None
+        and ctx.graph.nodes[producer].op_type == "MaxPool"
+        and ctx.graph.nodes[producer].domain in ("", "ai.onnx")
+    ):
         return
     from .tvm_rules_shape import require_bounded_indices
 
@@ -371,8 +409,10 @@ def _matmul(ctx: NodeContext) -> None:
         return
     for x, y in zip(reversed(a[:-2]), reversed(b[:-2])):
         require(
-            not ((isinstance(x, int) and x != 1 and not isinstance(y, int))
-                 or (isinstance(y, int) and y != 1 and not isinstance(x, int))),
+            not (
+                (isinstance(x, int) and x != 1 and not isinstance(y, int))
+                or (isinstance(y, int) and y != 1 and not isinstance(x, int))
+            ),
             Rejected.SHAPE,
             f"batch dims {x!r} and {y!r}: one symbolic, one constant",
             accepts="batch dims both static, both the same symbol, or 1",

@@ -1,4 +1,5 @@
 """TVM claim rules for shape, indexing, reduction and resampling ops (see `tvm_rules`)."""
+
 from __future__ import annotations
 
 from ..api.claim import Rejected, deny, require
@@ -144,8 +145,18 @@ def _squeeze(ctx: NodeContext) -> None:
 # -- reductions ---------------------------------------------------------------------------
 
 _REDUCE_AXES_INPUT_SINCE = {"ReduceSum": 13}
-_REDUCE_OPS = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
-               "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare")
+_REDUCE_OPS = (
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSum",
+    "ReduceSumSquare",
+)
 
 
 def _reduce_rule(op: str):
@@ -182,6 +193,7 @@ for _op in _REDUCE_OPS:
 
 # -- resampling ---------------------------------------------------------------------------
 
+
 # Without: runtime scales/sizes fail to import; antialias, axes, keep_aspect_ratio_policy
 # and half_pixel_symmetric fail to import or build; a scale that does not give an integral
 # output size is applied as out/in by TVM, not as the given scale (wrong values).
@@ -207,9 +219,12 @@ def _resize(ctx: NodeContext) -> None:
         accepts="no axes attribute (scales/sizes for every dim)",
         remediation=f"{FALLBACK}; give scales or sizes for all dims",
     )
-    require_attr(ctx, "keep_aspect_ratio_policy", ("stretch",), "stretch", accepts="keep_aspect_ratio_policy=stretch")
     require_attr(
-        ctx, "coordinate_transformation_mode",
+        ctx, "keep_aspect_ratio_policy", ("stretch",), "stretch", accepts="keep_aspect_ratio_policy=stretch"
+    )
+    require_attr(
+        ctx,
+        "coordinate_transformation_mode",
         ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel", "tf_crop_and_resize"),
         "half_pixel",
         accepts="half_pixel, align_corners, asymmetric, pytorch_half_pixel, tf_crop_and_resize",
@@ -280,8 +295,16 @@ def _tile(ctx: NodeContext) -> None:
 _INDEX_WHAT = "indices"
 
 
-def require_bounded_indices(ctx: NodeContext, i: int, extents, *, allow_negative: bool = True, what: str = _INDEX_WHAT,
-                            guarded: bool = False, nd: bool = False) -> None:
+def require_bounded_indices(
+    ctx: NodeContext,
+    i: int,
+    extents,
+    *,
+    allow_negative: bool = True,
+    what: str = _INDEX_WHAT,
+    guarded: bool = False,
+    nd: bool = False,
+) -> None:
     """Input `i` holds indices: a constant whose every value is in range, or (`guarded` ops) a value the
     index guard checks at run time.
 
@@ -359,7 +382,10 @@ def _nd(ctx: NodeContext, batch_dims: int = 0):
             return [(value, None)]
         k = value.shape[-1]
         return [
-            (value[..., j], shape[batch_dims + j] if shape is not None and batch_dims + j < len(shape) else None)
+            (
+                value[..., j],
+                shape[batch_dims + j] if shape is not None and batch_dims + j < len(shape) else None,
+            )
             for j in range(k)
         ]
 

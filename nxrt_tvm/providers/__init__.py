@@ -1,4 +1,5 @@
 """The execution providers nxrt-tvm ships, registered by their onnxruntime-style names."""
+
 from ..api.registry import EpRegistry
 from .cpu import CPUExecutionProvider
 from .tvm import TvmExecutionProvider

@@ -1,4 +1,5 @@
 """CPUExecutionProvider: the fallback, running what the TVM EP left on onnxruntime's CPU EP."""
+
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
@@ -30,14 +31,21 @@ class OrtKernel(Kernel):
     """One partition as an onnxruntime session (thread-safe, as `InferenceSession.run` is)."""
 
     def __init__(self, model: onnx.ModelProto, options: ort.SessionOptions, device: DeviceId):
-        self.input_names = tuple(i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer})
+        self.input_names = tuple(
+            i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}
+        )
         self.output_names = tuple(o.name for o in model.graph.output)
         self.device = device
-        self._session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
 
     def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
         # Sequences and optionals (lists, None) pass through as they are; tensors as host arrays.
-        feeds = {name: view.numpy() if isinstance(view, TensorView) else view for name, view in zip(self.input_names, inputs)}
+        feeds = {
+            name: view.numpy() if isinstance(view, TensorView) else view
+            for name, view in zip(self.input_names, inputs)
+        }
         try:
             outputs = self._session.run(list(self.output_names), feeds)
         except Exception as exc:
@@ -78,10 +86,17 @@ class CPUExecutionProvider(ExecutionProvider):
                 continue
             if node.domain in _ONNX_DOMAINS and not onnx.defs.has(node.op_type, node.domain):
                 declines.append(
-                    Decline(node.name, node.op_type, node.domain, graph.opset_of(i), self.ep_id, Rejected.OP,
-                            f"{node.domain or 'ai.onnx'} defines no op {node.op_type!r}",
-                            "ops with an ONNX schema, or custom-domain ops registered with onnxruntime",
-                            "fix the op name or domain, or register the custom op library")
+                    Decline(
+                        node.name,
+                        node.op_type,
+                        node.domain,
+                        graph.opset_of(i),
+                        self.ep_id,
+                        Rejected.OP,
+                        f"{node.domain or 'ai.onnx'} defines no op {node.op_type!r}",
+                        "ops with an ONNX schema, or custom-domain ops registered with onnxruntime",
+                        "fix the op name or domain, or register the custom op library",
+                    )
                 )
                 continue
             accepted.append(i)
@@ -98,5 +113,18 @@ class CPUExecutionProvider(ExecutionProvider):
             return OrtKernel(model, options, self.device)
         except Exception as exc:
             node = graph.nodes[claim.nodes[0]]
-            bad = next((graph.nodes[i] for i in claim.nodes if f"'{graph.nodes[i].op_type}'" in str(exc) or graph.nodes[i].name in str(exc)), node)
-            raise NoEpForOp(bad.name, bad.domain, bad.op_type, graph.opset_of(graph.nodes.index(bad)), [f"onnxruntime: {exc}"]) from exc
+            bad = next(
+                (
+                    graph.nodes[i]
+                    for i in claim.nodes
+                    if f"'{graph.nodes[i].op_type}'" in str(exc) or graph.nodes[i].name in str(exc)
+                ),
+                node,
+            )
+            raise NoEpForOp(
+                bad.name,
+                bad.domain,
+                bad.op_type,
+                graph.opset_of(graph.nodes.index(bad)),
+                [f"onnxruntime: {exc}"],
+            ) from exc

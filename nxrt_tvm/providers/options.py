@@ -1,4 +1,5 @@
 """Provider-option parsing shared by the EPs (onnxruntime passes options as strings)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -1,11 +1,12 @@
 """TvmExecutionProvider: claims what the Relax ONNX frontend can compile, builds it with TVM."""
+
 from __future__ import annotations
 
 import json
 import os
 from collections import Counter
-from dataclasses import replace
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import onnx
@@ -13,40 +14,59 @@ import tvm
 from onnx import numpy_helper
 from tqdm import tqdm
 
+from .. import frontend
 from ..api.claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, SubgraphClaim, deny, require
 from ..api.device import DeviceType, EpId
-from ..api.errors import CompileDisabled, CompileFailed, EpLoadFailed, InvalidProviderOptions, UnsupportedContext
+from ..api.errors import (
+    CompileDisabled,
+    CompileFailed,
+    EpLoadFailed,
+    InvalidProviderOptions,
+    UnsupportedContext,
+)
 from ..api.kernel import Kernel, KernelVariant
-from ..api.tensor import aligned_empty
-from .. import frontend
-from ..epcontext.compat import check_loadable, hardware_of
-from ..epcontext.cache import CompileCache, cache_key
-from ..epcontext.record import FORMAT_VERSION, EpContext, TensorSignature, sha256_hex
-from ..lower.artifact import export_executable, load_executable
 from ..api.provider import ExecutionProvider
+from ..api.tensor import aligned_empty
+from ..epcontext.cache import CompileCache, cache_key
+from ..epcontext.compat import check_loadable, hardware_of
+from ..epcontext.record import FORMAT_VERSION, EpContext, TensorSignature, sha256_hex
 from ..graph.model import GraphView
+from ..lower.artifact import export_executable, load_executable
 from ..lower.build import compile_partition, locate_failure, partition_model, weight_names
 from ..lower.isolate import fork_available, run_isolated
+from ..lower.kernel import TvmKernel
 from ..lower.measure import measure_partition, ort_run_floor_us
 from ..lower.pipeline import Lowering, codegen_digest
 from ..lower.schedules import CONV_ALGORITHMS
-from ..tuning.database import open_database
-from ..lower.kernel import TvmKernel
 from ..lower.target import make_target, target_device, tvm_device
 from ..partition.claims import make_claims, partition_name
 from ..partition.grouping import group_nodes
 from ..partition.node_context import NodeContext
 from ..partition.tvm_rules import IMPORT_TIME_INPUTS, TVM_OP_RULES
+from ..tuning.database import open_database
 from .options import as_int, as_seconds, as_str_list, reject_unknown
 
 __all__ = ["TvmExecutionProvider", "SUPPORTED_ELEM_TYPES"]
 
 T = onnx.TensorProto
 #: Element types TVM imports, computes and returns through DLPack.
-SUPPORTED_ELEM_TYPES = frozenset({
-    T.FLOAT, T.FLOAT16, T.BFLOAT16, T.DOUBLE,
-    T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.UINT32, T.UINT64, T.BOOL,
-})
+SUPPORTED_ELEM_TYPES = frozenset(
+    {
+        T.FLOAT,
+        T.FLOAT16,
+        T.BFLOAT16,
+        T.DOUBLE,
+        T.INT8,
+        T.INT16,
+        T.INT32,
+        T.INT64,
+        T.UINT8,
+        T.UINT16,
+        T.UINT32,
+        T.UINT64,
+        T.BOOL,
+    }
+)
 _SUPPORTED_NAMES = ", ".join(sorted(T.DataType.Name(t).lower() for t in SUPPORTED_ELEM_TYPES))
 
 _CONVERTERS = frontend.convert_map()
@@ -100,13 +120,20 @@ class TvmExecutionProvider(ExecutionProvider):
         self.op_types_to_exclude = frozenset(as_str_list("op_types_to_exclude", op_types_to_exclude))
         for option, value in (("passes", passes), ("schedule_passes", schedule_passes or ())):
             if any(not isinstance(p, tvm.transform.Pass) for p in value):
-                raise InvalidProviderOptions(f"option {option!r} must be a list of tvm.transform.Pass objects")
+                raise InvalidProviderOptions(
+                    f"option {option!r} must be a list of tvm.transform.Pass objects"
+                )
         if conv_algorithm not in CONV_ALGORITHMS:
             raise InvalidProviderOptions(
-                f"conv_algorithm must be one of {', '.join(map(repr, CONV_ALGORITHMS))}, got {conv_algorithm!r}")
+                f"conv_algorithm must be one of {', '.join(map(repr, CONV_ALGORITHMS))}, got {conv_algorithm!r}"
+            )
         database = None if tuning_logs is None else open_database(tuning_logs, self.target)
-        self.lowering = Lowering(tuple(passes), None if schedule_passes is None else tuple(schedule_passes), database,
-                                 conv_algorithm)
+        self.lowering = Lowering(
+            tuple(passes),
+            None if schedule_passes is None else tuple(schedule_passes),
+            database,
+            conv_algorithm,
+        )
         #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
         self.variants: dict[str, list[KernelVariant]] = {}
         self.weightless = str(weightless).lower() in ("1", "true")
@@ -115,13 +142,21 @@ class TvmExecutionProvider(ExecutionProvider):
         self.claim_policy = claim_policy
         self.cost_budget_s = as_seconds("cost_budget_s", cost_budget_s)
         if compile_isolation not in ("process", "none"):
-            raise InvalidProviderOptions(f"compile_isolation must be 'process' or 'none', got {compile_isolation!r}")
+            raise InvalidProviderOptions(
+                f"compile_isolation must be 'process' or 'none', got {compile_isolation!r}"
+            )
         # Compile in a forked child (where the OS can fork), so a TVM crash costs a decline, not the process.
         self.isolate = compile_isolation == "process" and fork_available()
         self.compile_timeout_s = as_seconds("compile_timeout_s", compile_timeout_s)
         # Set by the session from `session.disable_model_compile`: any compile is then an error.
         self.compile_disabled = False
-        self.cache = None if cache_dir is None else CompileCache(cache_dir, None if cache_max_bytes is None else as_int("cache_max_bytes", cache_max_bytes, 1))
+        self.cache = (
+            None
+            if cache_dir is None
+            else CompileCache(
+                cache_dir, None if cache_max_bytes is None else as_int("cache_max_bytes", cache_max_bytes, 1)
+            )
+        )
         # Claims are proven by building them (or by a cache hit); compile() picks the module
         # (and its blob, when one exists) up from here.
         self._built: dict[str, tuple[Any, bytes | None]] = {}
@@ -220,8 +255,15 @@ class TvmExecutionProvider(ExecutionProvider):
             groups = group_nodes(graph, accepted, taken)
             rejected: dict[int, DeclineSignal] = {}
             pending = [g for g in groups if g not in verified]
-            bar = tqdm(pending, desc="compiling partitions", unit="partition", leave=False,
-                       disable=True if len(pending) < 2 else (None if self.show_progress is None else not self.show_progress))
+            bar = tqdm(
+                pending,
+                desc="compiling partitions",
+                unit="partition",
+                leave=False,
+                disable=True
+                if len(pending) < 2
+                else (None if self.show_progress is None else not self.show_progress),
+            )
             for group in bar:
                 if group not in verified:
                     problems = self._verify(graph, group)
@@ -323,7 +365,9 @@ class TvmExecutionProvider(ExecutionProvider):
                 self.stats["cache_hits"] += 1
                 return {}
 
-        def attempt(nodes: list[int], variants: list[KernelVariant] | None = None) -> tuple[Any, bytes | None]:
+        def attempt(
+            nodes: list[int], variants: list[KernelVariant] | None = None
+        ) -> tuple[Any, bytes | None]:
             return self._compile(graph, nodes, name, (), variants)
 
         variants: list[KernelVariant] = []
@@ -334,7 +378,11 @@ class TvmExecutionProvider(ExecutionProvider):
         else:
             if key is not None:
                 blob = blob if blob is not None else export_executable(executable)
-                meta = {"partition": name, "target": self.target.kind.name, "variants": [list(_v(v)) for v in variants]}
+                meta = {
+                    "partition": name,
+                    "target": self.target.kind.name,
+                    "variants": [list(_v(v)) for v in variants],
+                }
                 self.cache.put(key, blob, meta)
             self._built[name] = (executable, blob)
             self.variants[name] = variants
@@ -379,7 +427,12 @@ class TvmExecutionProvider(ExecutionProvider):
         return built[0], weights, built[1]
 
     def _compile(
-        self, graph: GraphView, nodes: Sequence[int], name: str, weights: Sequence[str], variants: list[KernelVariant] | None
+        self,
+        graph: GraphView,
+        nodes: Sequence[int],
+        name: str,
+        weights: Sequence[str],
+        variants: list[KernelVariant] | None,
     ) -> tuple[Any, bytes | None]:
         """(module, blob) of a node set: built in a forked child and loaded here when isolated (blob set), else in process."""
         self.stats["builds"] += 1
@@ -428,7 +481,9 @@ class TvmExecutionProvider(ExecutionProvider):
         tensor = self._weights.get(name)
         if tensor is None:
             if name not in initializers:
-                raise EpLoadFailed(name, "a weightless blob needs this initializer, but the model has none of that name")
+                raise EpLoadFailed(
+                    name, "a weightless blob needs this initializer, but the model has none of that name"
+                )
             array = numpy_helper.to_array(initializers[name])
             host = aligned_empty(array.shape, array.dtype)
             host[...] = array

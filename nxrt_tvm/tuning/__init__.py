@@ -2,6 +2,7 @@
 
 `tune_model` lives in `nxrt_tvm.tuning.tune` (it builds on the providers, which read databases from here).
 """
+
 from .database import TuningDatabase, open_database
 from .device import device_key
 

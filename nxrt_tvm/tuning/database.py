@@ -13,6 +13,7 @@ trace is the default rule's own schedule (tuning measures it as a candidate,
 and it won) is not replayed: the rule schedules the kernel, and the kernel
 variant says that the rule measured fastest.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,19 @@ from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
 from ..lower.tir_pipeline import tir_pipeline_for
 from .device import device_key, device_log_dir
 
-__all__ = ["open_database", "database_digest", "TuningDatabase", "RecordMatch", "ApplyTuningRecords", "TUNING_ATTR",
-           "FAILED_RUN_SECS", "is_searched", "workload_module", "mean_us", "replay"]
+__all__ = [
+    "open_database",
+    "database_digest",
+    "TuningDatabase",
+    "RecordMatch",
+    "ApplyTuningRecords",
+    "TUNING_ATTR",
+    "FAILED_RUN_SECS",
+    "is_searched",
+    "workload_module",
+    "mean_us",
+    "replay",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +95,9 @@ class RecordMatch:
 
 def _json_database(directory: Path) -> ms.database.JSONDatabase:
     return ms.database.JSONDatabase(
-        path_workload=str(directory / _FILES[0]), path_tuning_record=str(directory / _FILES[1]), allow_missing=True
+        path_workload=str(directory / _FILES[0]),
+        path_tuning_record=str(directory / _FILES[1]),
+        allow_missing=True,
     )
 
 
@@ -106,7 +120,9 @@ class TuningDatabase:
         self.directory = directory
         self.key = key
         self.database = _json_database(directory)  # MetaSchedule's: the search reads and writes it
-        self.baseline = _json_database(directory / BASELINE_DIR) if (directory / BASELINE_DIR).is_dir() else None
+        self.baseline = (
+            _json_database(directory / BASELINE_DIR) if (directory / BASELINE_DIR).is_dir() else None
+        )
         self.digest = database_digest(directory)
         self._anchors: ms.database.MemoryDatabase | None = None
 
@@ -141,8 +157,15 @@ class TuningDatabase:
         """Record a searched schedule measured again (the database keeps every measurement; the fastest counts)."""
         self._commit(self.database, mod, trace, run_secs, target, args_info)
 
-    def _commit(self, database: ms.database.Database, mod: tvm.IRModule, trace: s_tir.Trace, run_secs, target,
-                args_info) -> None:
+    def _commit(
+        self,
+        database: ms.database.Database,
+        mod: tvm.IRModule,
+        trace: s_tir.Trace,
+        run_secs,
+        target,
+        args_info,
+    ) -> None:
         workload = database.commit_workload(mod)
         database.commit_tuning_record(ms.database.TuningRecord(trace, workload, run_secs, target, args_info))
         self._anchors = None  # rebuilt from the records on its next use
@@ -170,8 +193,11 @@ class TuningDatabase:
                 for record in database.get_all_tuning_records():
                     if _valid(record):
                         workload = self._anchors.commit_workload(record.workload.mod)
-                        self._anchors.commit_tuning_record(ms.database.TuningRecord(
-                            record.trace, workload, record.run_secs, record.target, record.args_info))
+                        self._anchors.commit_tuning_record(
+                            ms.database.TuningRecord(
+                                record.trace, workload, record.run_secs, record.target, record.args_info
+                            )
+                        )
         return self._anchors
 
 
@@ -190,10 +216,14 @@ def open_database(log_dir: str | Path, target: tvm.target.Target) -> TuningDatab
     """The database for this target's device key under `log_dir`, or None (logged) when there is none."""
     directory = device_log_dir(log_dir, target)
     if not (directory / _FILES[1]).is_file():
-        others = sorted(p.name for p in Path(log_dir).iterdir() if p.is_dir()) if Path(log_dir).is_dir() else []
+        others = (
+            sorted(p.name for p in Path(log_dir).iterdir() if p.is_dir()) if Path(log_dir).is_dir() else []
+        )
         log.warning(
             "no tuning records for device %s under %s%s; using default schedules",
-            device_key(target), log_dir, f" (records exist for: {', '.join(others)})" if others else "",
+            device_key(target),
+            log_dir,
+            f" (records exist for: {', '.join(others)})" if others else "",
         )
         return None
     return TuningDatabase(directory, device_key(target))
@@ -211,7 +241,9 @@ def _schedule(func: tvm.tirx.PrimFunc, match: RecordMatch, target: tvm.target.Ta
         schedule_using_anchor_trace(sch, match.record.trace, target)
     scheduled = sch.mod["main"]
     if match.how == "anchor":
-        tvm.compile(tvm.IRModule({"main": scheduled}), target, tir_pipeline=tir_pipeline_for(target))  # a transferred trace must build, or the rules take over
+        tvm.compile(
+            tvm.IRModule({"main": scheduled}), target, tir_pipeline=tir_pipeline_for(target)
+        )  # a transferred trace must build, or the rules take over
     return scheduled.without_attr("global_symbol")
 
 
@@ -230,7 +262,9 @@ class ApplyTuningRecords:
         target = tvm.target.Target.current(allow_none=False)
         updates = {}
         for gvar, func in mod.functions_items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and func.attrs.get("tirx.is_scheduled", False)):
+            if not isinstance(func, tvm.tirx.PrimFunc) or (
+                func.attrs is not None and func.attrs.get("tirx.is_scheduled", False)
+            ):
                 continue
             match = self.database.best(workload_module(func))
             if match is None:
@@ -241,8 +275,11 @@ class ApplyTuningRecords:
             try:
                 scheduled = _schedule(func, match, target)
             except Exception as exc:  # noqa: BLE001 - a record that does not fit keeps the default rules
-                log.warning("tuning record for %s not applied (default rules kept): %s", gvar.name_hint,
-                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                log.warning(
+                    "tuning record for %s not applied (default rules kept): %s",
+                    gvar.name_hint,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                )
                 updates[gvar] = func.with_attr(TUNING_ATTR, "unfit")
                 continue
             updates[gvar] = scheduled.with_attr("tirx.is_scheduled", True).with_attr(TUNING_ATTR, match.how)

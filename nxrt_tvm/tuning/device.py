@@ -4,6 +4,7 @@ MetaSchedule's database matches on workload alone and ignores the target, so
 records must be kept apart per device: the key names the target kind and the
 hardware (CPU model and a digest of its ISA features; GPU architecture).
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """Tuning tasks: the fused TIR kernels of every TVM partition, deduplicated across partitions and models."""
+
 from __future__ import annotations
 
 import logging
@@ -9,12 +10,12 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.analysis import estimate_tir_flops
+from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 from ..api.claim import SubgraphClaim
-from ..graph.model import GraphView
 from ..frontend import import_onnx
+from ..graph.model import GraphView
 from ..lower.build import partition_model
 from ..lower.pipeline import Lowering, fusion_passes
 
@@ -46,7 +47,9 @@ def fuse(mod: tvm.IRModule, target: tvm.target.Target, lowering: Lowering = Lowe
 
 
 def extract_tasks(
-    partitions: Sequence[tuple[GraphView, SubgraphClaim]], target: tvm.target.Target, lowering: Lowering = Lowering()
+    partitions: Sequence[tuple[GraphView, SubgraphClaim]],
+    target: tvm.target.Target,
+    lowering: Lowering = Lowering(),
 ) -> list[TuningTask]:
     """Tasks of all partitions, merged by workload, heaviest (weight x flops) first.
 
@@ -81,13 +84,16 @@ def extract_tasks(
     if skipped:
         log.warning(
             "%d kernel(s) have symbolic shapes, which MetaSchedule cannot tune (%s); fix the dims "
-            "(tune_model(free_dims={'N': 64}) / --dim N=64) to tune them", len(skipped), ", ".join(sorted(set(skipped))[:5]),
+            "(tune_model(free_dims={'N': 64}) / --dim N=64) to tune them",
+            len(skipped),
+            ", ".join(sorted(set(skipped))[:5]),
         )
     if movement:
         log.info(
             "%d elementwise/data-movement kernel(s) left to the default schedule rules (memory-bound: "
             "their parallel, vectorised loops are what tuning would find): %s",
-            len(movement), ", ".join(sorted(set(movement))[:5]),
+            len(movement),
+            ", ".join(sorted(set(movement))[:5]),
         )
     return sorted(tasks.values(), key=lambda t: (-t.weighted_flops, t.name))
 

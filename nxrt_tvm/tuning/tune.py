@@ -10,6 +10,7 @@ state file records trials done per workload, so a second run continues
 instead of repeating finished tasks. Measurement runs locally or, through
 TVM's own RPC tracker, on the device itself.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -149,9 +150,13 @@ def _searched_schedule(db: TuningDatabase, task: TuningTask) -> tuple[tvm.IRModu
     return None if record is None else (record.workload.mod, replay(record))
 
 
-def _measure_rules(tasks: Sequence[tuple[TuningTask, tuple[str, s_tir.Schedule] | None]], target,
-                   builder: ms.builder.Builder, runner: ms.runner.Runner,
-                   db: TuningDatabase) -> list[tuple[str, float, str] | None]:
+def _measure_rules(
+    tasks: Sequence[tuple[TuningTask, tuple[str, s_tir.Schedule] | None]],
+    target,
+    builder: ms.builder.Builder,
+    runner: ms.runner.Runner,
+    db: TuningDatabase,
+) -> list[tuple[str, float, str] | None]:
     """Measure the default rules' schedule of each task (given with it) like a trial; keep it as its baseline record.
 
     The task's best searched schedule is measured again beside it and recorded once more, so the two that
@@ -166,13 +171,21 @@ def _measure_rules(tasks: Sequence[tuple[TuningTask, tuple[str, s_tir.Schedule] 
             searched = _searched_schedule(db, task)
             if searched is not None:
                 scheduled.append((task, searched[0], _SEARCHED, searched[1]))
-    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for *_, sch in scheduled]) if scheduled else []
+    built = (
+        builder.build([ms.builder.BuilderInput(sch.mod, target) for *_, sch in scheduled])
+        if scheduled
+        else []
+    )
     runnable, inputs = [], []
     device = "cpu" if target.kind.name == "llvm" else target.kind.name
     for (task, kernel, what, sch), result in zip(scheduled, built):
         if result.error_msg:
-            log.warning("the %s schedule of %s did not build for measurement: %s", what, task.name,
-                        result.error_msg.strip().splitlines()[-1])
+            log.warning(
+                "the %s schedule of %s did not build for measurement: %s",
+                what,
+                task.name,
+                result.error_msg.strip().splitlines()[-1],
+            )
             continue
         # As MetaSchedule measures its candidates: a layout-rewrite block (packed weights) is not run, its output is the argument.
         args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
@@ -184,8 +197,12 @@ def _measure_rules(tasks: Sequence[tuple[TuningTask, tuple[str, s_tir.Schedule] 
         for (task, kernel, what, sch, args, _), future in zip(runnable, futures):
             result = future.result()
             if result.error_msg or not result.run_secs:
-                log.warning("the %s schedule of %s failed to run for measurement: %s", what, task.name,
-                            (result.error_msg or "no run time").strip().splitlines()[-1])
+                log.warning(
+                    "the %s schedule of %s failed to run for measurement: %s",
+                    what,
+                    task.name,
+                    (result.error_msg or "no run time").strip().splitlines()[-1],
+                )
                 continue
             if what == _SEARCHED:
                 db.commit_searched(kernel, sch.trace, result.run_secs, target, args)
@@ -202,10 +219,14 @@ def _runner(rpc_tracker: str | None, rpc_key: str | None) -> ms.runner.Runner:
     if rpc_tracker is None:
         return ms.runner.LocalRunner(timeout_sec=_TIMEOUT_S)
     if not rpc_key:
-        raise InvalidProviderOptions("--rpc-tracker needs --rpc-key (the key the device's RPC server registered)")
+        raise InvalidProviderOptions(
+            "--rpc-tracker needs --rpc-key (the key the device's RPC server registered)"
+        )
     host, port = parse_tracker(rpc_tracker)
     return ms.runner.RPCRunner(
-        rpc_config=ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc_key, session_timeout_sec=120)
+        rpc_config=ms.runner.RPCConfig(
+            tracker_host=host, tracker_port=port, tracker_key=rpc_key, session_timeout_sec=120
+        )
     )
 
 
@@ -234,7 +255,9 @@ def tune_model(
     started = time.perf_counter()
     tvm_target = make_target(target)
     runner = _runner(rpc_tracker, rpc_key)  # bad RPC arguments fail before anything is written
-    ep = TvmExecutionProvider(target=tvm_target, passes=passes, conv_algorithm=conv_algorithm)  # and bad options
+    ep = TvmExecutionProvider(
+        target=tvm_target, passes=passes, conv_algorithm=conv_algorithm
+    )  # and bad options
     directory = device_log_dir(log_dir, tvm_target)
     directory.mkdir(parents=True, exist_ok=True)
     sources = list(models) if isinstance(models, (list, tuple)) else [models]
@@ -247,7 +270,9 @@ def tune_model(
     state_path = directory / _STATE
     state: dict[str, dict] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     db = TuningDatabase(directory, device_key(tvm_target))
-    builder = ms.builder.LocalBuilder(timeout_sec=_TIMEOUT_S, f_build=build_for_measurement)  # as compile builds
+    builder = ms.builder.LocalBuilder(
+        timeout_sec=_TIMEOUT_S, f_build=build_for_measurement
+    )  # as compile builds
     show = None if progress is None else not progress
 
     # 1. The default rules' schedules: the baseline records, and where the weighted latency is. Measured again
@@ -261,7 +286,9 @@ def tune_model(
         measured = _measure_rules(new, tvm_target, builder, runner, db) if llvm else [None] * len(new)
         for (task, _), found in zip(new, measured):
             entry = state.setdefault(task.workload, {"name": task.name, "trials": 0})
-            entry["rule"], entry["rule_us"], entry["rule_digest"] = found if found is not None else (None, None, None)
+            entry["rule"], entry["rule_us"], entry["rule_digest"] = (
+                found if found is not None else (None, None, None)
+            )
         _write_json(state_path, state)
 
     # 2. The search, task by task, heaviest first, trials where calls x time are.
@@ -277,7 +304,9 @@ def tune_model(
         entry = state[task.workload]
         done = max(int(entry.get("trials", 0)), db.searched_trials(task.extracted.dispatched[0]))
         left_s = None if time_budget is None else time_budget - (time.perf_counter() - started)
-        todo = _trials_in_budget(max(0, want - done), left_s, search_s / searched if searched else None, per_iter)
+        todo = _trials_in_budget(
+            max(0, want - done), left_s, search_s / searched if searched else None, per_iter
+        )
         if todo:
             bar.set_postfix_str(f"{task.name}: {todo} trials")
             search_started = time.perf_counter()
@@ -288,15 +317,36 @@ def tune_model(
             _write_json(state_path, state)
         best, best_is_rule = _best(db, task)
         rule_us = entry.get("rule_us")
-        bar.set_postfix_str(f"{task.name}: best {best:.1f} us" + (f" (default {rule_us:.1f} us)" if rule_us else "")
-                            if best else task.name)
-        results.append(TaskResult(task.name, task.workload, task.weight, task.flops, todo, done + todo, best, todo == 0,
-                                  rule_us, best_is_rule))
+        bar.set_postfix_str(
+            f"{task.name}: best {best:.1f} us" + (f" (default {rule_us:.1f} us)" if rule_us else "")
+            if best
+            else task.name
+        )
+        results.append(
+            TaskResult(
+                task.name,
+                task.workload,
+                task.weight,
+                task.flops,
+                todo,
+                done + todo,
+                best,
+                todo == 0,
+                rule_us,
+                best_is_rule,
+            )
+        )
     return TuneReport(device_key(tvm_target), directory, tuple(results), time.perf_counter() - started)
 
 
-def _search(task: TuningTask, trials: int, per_iter: int, builder: ms.builder.Builder, runner: ms.runner.Runner,
-            db: TuningDatabase) -> None:
+def _search(
+    task: TuningTask,
+    trials: int,
+    per_iter: int,
+    builder: ms.builder.Builder,
+    runner: ms.runner.Runner,
+    db: TuningDatabase,
+) -> None:
     """`trials` MetaSchedule trials of one task (evolutionary search, XGBoost cost model) into `db`."""
     # Built here rather than by extracted_tasks_to_tune_contexts, which rewrites the
     # process's logging configuration (and breaks on handlers without names).

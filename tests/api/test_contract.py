@@ -1,4 +1,5 @@
 """The EP contract's small pieces: tensor views, registries, declines."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,9 @@ from nxrt_tvm.lower.kernel import _to_tvm
 def test_tensor_view_over_numpy_and_tvm():
     array = np.arange(6, dtype=np.float32).reshape(2, 3)
     view = nx.TensorView(array)
-    assert view.shape == (2, 3) and view.dtype == np.float32 and view.device == nx.DeviceId(nx.DeviceType.CPU, 0)
+    assert (
+        view.shape == (2, 3) and view.dtype == np.float32 and view.device == nx.DeviceId(nx.DeviceType.CPU, 0)
+    )
     assert view.numpy() is array
     back = nx.TensorView(tvm.runtime.tensor(array))
     assert np.shares_memory(back.numpy(), back.numpy()) and np.array_equal(back.numpy(), array)

@@ -1,4 +1,5 @@
 """CompileCache on real files: round trips, corruption, temp files, keys, LRU, two processes."""
+
 from __future__ import annotations
 
 import hashlib
@@ -42,7 +43,9 @@ def test_put_get_round_trip(tmp_path):
     assert info.key == k and info.size == cache.total_bytes() > len(blob)
     assert abs(info.last_used - time.time()) < 60
     assert entry_file(cache, k).is_file() and temp_files(tmp_path) == []
-    assert entry_file(cache, k).stat().st_mode & 0o777 == new_file_mode()  # a cache shared by a team stays readable
+    assert (
+        entry_file(cache, k).stat().st_mode & 0o777 == new_file_mode()
+    )  # a cache shared by a team stays readable
 
 
 def test_second_instance_sees_entries_and_put_replaces(tmp_path):
@@ -106,7 +109,7 @@ def test_garbage_metadata(tmp_path, caplog, damage):
     data = bytearray(path.read_bytes())
     start = data.index(b'{"key"')  # the header JSON follows magic and length
     if damage == "garbage_header":
-        data[start:start + 20] = b"\xff}{not json at all!!"[:20]
+        data[start : start + 20] = b"\xff}{not json at all!!"[:20]
     elif damage == "empty_file":
         data = bytearray()
     elif damage == "not_a_dict":
@@ -148,8 +151,23 @@ def test_clear(tmp_path):
     assert cache.get(key("0")).blob == b"back"
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "a" * 15, "a" * 129, "../../../../etc/passwd", "g" * 32,
-                                 "ab" * 8 + "/x", "ab" * 8 + "\x00", " " + "ab" * 8, 1234, None, b"ab" * 8])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "abc",
+        "a" * 15,
+        "a" * 129,
+        "../../../../etc/passwd",
+        "g" * 32,
+        "ab" * 8 + "/x",
+        "ab" * 8 + "\x00",
+        " " + "ab" * 8,
+        1234,
+        None,
+        b"ab" * 8,
+    ],
+)
 def test_invalid_keys_are_rejected(tmp_path, bad):
     cache = CompileCache(tmp_path)
     with pytest.raises(ValueError, match="invalid cache key"):

@@ -1,13 +1,14 @@
 """The TVM EP's compile cache: a second session on the plain model loads instead of building."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
 
-import onnx
-
 import model_zoo
-import nxrt_tvm as nx
+import onnx
 from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
 
 TVM = nx.EpId("TvmExecutionProvider")
 

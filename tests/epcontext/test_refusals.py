@@ -1,27 +1,36 @@
 """Blobs that do not fit this host are refused before any native code loads, with what differs and what to do."""
+
 from __future__ import annotations
 
 import json
 import shutil
 
+import model_zoo
 import onnx
 import pytest
 import tvm
-
-import model_zoo
-import nxrt_tvm as nx
 from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.epcontext.compat import _requires_hardware
 from nxrt_tvm.lower.target import host_cpu
 
-HOST_FEATURES = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()}))}
+HOST_FEATURES = {
+    str(f)
+    for f in tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()}))
+}
 
 
 def _foreign_cpu() -> str:
     """An x86 CPU whose code needs features this host lacks (AMX on AMD, AVX-512 FP16 on older parts, ...)."""
     for mcpu in ("diamondrapids", "graniterapids", "sapphirerapids", "znver5", "znver4"):
-        feats = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))}
+        feats = {
+            str(f)
+            for f in tvm.target.codegen.llvm_get_cpu_features(
+                tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+            )
+        }
         if any(_requires_hardware(f) for f in feats - HOST_FEATURES):
             return mcpu
     pytest.skip("this host has every feature of the candidate CPUs")
@@ -82,7 +91,9 @@ def test_swapped_blobs(external):
 
 def test_other_tvm_version(external):
     _edit_context(external, lambda a: setattr(a["ep_sdk_version"], "s", b"0.19.0"))
-    with pytest.raises(nx.ContextVersionMismatch, match=f"built by TVM 0.19.0, this host runs TVM {tvm.__version__}"):
+    with pytest.raises(
+        nx.ContextVersionMismatch, match=f"built by TVM 0.19.0, this host runs TVM {tvm.__version__}"
+    ):
         nx.InferenceSession(external)
 
 
@@ -97,7 +108,9 @@ def test_other_format_version(external):
         nx.InferenceSession(external)
 
 
-@pytest.mark.parametrize("path, why", [("/etc/passwd", "is absolute"), ("../outside.so", "leaves the model's folder")])
+@pytest.mark.parametrize(
+    "path, why", [("/etc/passwd", "is absolute"), ("../outside.so", "leaves the model's folder")]
+)
 def test_unsafe_external_paths(external, path, why):
     _edit_context(external, lambda a: setattr(a["ep_cache_context"], "s", path.encode()))
     with pytest.raises(nx.ContextPathError, match=why):
@@ -119,7 +132,9 @@ def test_unknown_source(external):
 def test_blob_for_another_target_kind(source, tmp_path):
     out = tmp_path / "cuda_ctx.onnx"
     nx.compile_model(source, out, target="cuda", progress=False)
-    with pytest.raises(nx.ContextTargetMismatch, match="built for target 'cuda', this session targets 'llvm'"):
+    with pytest.raises(
+        nx.ContextTargetMismatch, match="built for target 'cuda', this session targets 'llvm'"
+    ):
         nx.InferenceSession(out)
     if not tvm.cuda(0).exist:
         with pytest.raises(nx.ContextTargetMismatch, match="none is visible"):
@@ -134,26 +149,34 @@ def foreign(source, tmp_path):
 
 
 def test_blob_needing_cpu_features_this_host_lacks(foreign):
-    with pytest.raises(nx.ContextTargetMismatch, match=f"needs CPU features this host \\({host_cpu()}\\) lacks") as info:
+    with pytest.raises(
+        nx.ContextTargetMismatch, match=f"needs CPU features this host \\({host_cpu()}\\) lacks"
+    ) as info:
         nx.InferenceSession(foreign)
     assert "nxrt.context_on_mismatch='recompile'" in str(info.value)
     assert "false-deps" not in str(info.value)  # tuning hints are not hardware requirements
 
 
-@pytest.mark.parametrize("policy, ep", [("recompile", "TvmExecutionProvider"), ("fallback", "CPUExecutionProvider")])
+@pytest.mark.parametrize(
+    "policy, ep", [("recompile", "TvmExecutionProvider"), ("fallback", "CPUExecutionProvider")]
+)
 def test_mismatch_policy_runs_the_source(source, foreign, policy, ep):
     options = nx.SessionOptions()
     options.add_session_config_entry("nxrt.context_on_mismatch", policy)
     sess = nx.InferenceSession(foreign, options)
     assert len(sess.refused_contexts) == 2
-    assert {str(p.ep) for p in sess.plan.partitions} == ({"TvmExecutionProvider", "CPUExecutionProvider"} if policy == "recompile" else {ep})
+    assert {str(p.ep) for p in sess.plan.partitions} == (
+        {"TvmExecutionProvider", "CPUExecutionProvider"} if policy == "recompile" else {ep}
+    )
     feeds = model_zoo.make_inputs("default_model")
     assert_parity(sess.run(None, feeds), ort_run(source, feeds))
 
 
 def test_no_source_means_no_policy_rescue(source, tmp_path):
     out = tmp_path / "lean.onnx"
-    nx.compile_model(source, out, target={"kind": "llvm", "mcpu": _foreign_cpu()}, keep_source=False, progress=False)
+    nx.compile_model(
+        source, out, target={"kind": "llvm", "mcpu": _foreign_cpu()}, keep_source=False, progress=False
+    )
     options = nx.SessionOptions()
     options.add_session_config_entry("nxrt.context_on_mismatch", "fallback")
     with pytest.raises(nx.ContextTargetMismatch, match="keeps no source subgraph"):

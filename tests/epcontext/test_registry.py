@@ -1,4 +1,5 @@
 """EpContextRegistry: routing by source, duplicates, unknown sources."""
+
 from __future__ import annotations
 
 import pytest

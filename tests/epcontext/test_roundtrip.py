@@ -1,16 +1,17 @@
 """AOT compile to EPContext models and deploy them without compiling (embedded, external, weightless)."""
+
 from __future__ import annotations
 
 import json
 import os
 
+import model_zoo
 import numpy as np
 import onnx
 import pytest
-
-import model_zoo
-import nxrt_tvm as nx
 from parity import DATA, assert_parity, ort_run
+
+import nxrt_tvm as nx
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.epcontext.loader import restore_sources
 from nxrt_tvm.epcontext.writer import new_file_mode

@@ -2,6 +2,7 @@
 
 Tolerance: rtol=atol=1e-4 against onnxruntime (folding rounds the scaled weights once, in float32).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,14 +32,19 @@ def _model(conv_bias: bool, group: int = 1, norm_input: str = "y", channels: int
     conv_inputs = ["x", "w", "b"] if conv_bias else ["x", "w"]
     nodes = [
         helper.make_node("Conv", conv_inputs, ["y"], kernel_shape=[3, 3], pads=[1] * 4, group=group),
-        helper.make_node("BatchNormalization", [norm_input, "gamma", "beta", "mean", "var"], ["z"], epsilon=1e-3),
+        helper.make_node(
+            "BatchNormalization", [norm_input, "gamma", "beta", "mean", "var"], ["z"], epsilon=1e-3
+        ),
         helper.make_node("Relu", ["z"], ["out"]),
     ]
     outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, channels, 9, 9])]
     if norm_input != "y":  # the norm reads the input, not the conv: nothing to fold
         outputs.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 9, 9]))
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, 9, 9])], outputs,
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, 9, 9])],
+        outputs,
         initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -57,13 +63,17 @@ def _ops(mod: tvm.IRModule) -> list[str]:
     return ops
 
 
-@pytest.mark.parametrize("conv_bias,group", [(True, 1), (False, 1), (True, 2)], ids=["bias", "no-bias", "grouped"])
+@pytest.mark.parametrize(
+    "conv_bias,group", [(True, 1), (False, 1), (True, 2)], ids=["bias", "no-bias", "grouped"]
+)
 def test_folded_norm_matches_onnxruntime(conv_bias, group):
     model = _model(conv_bias, group)
     folded = FoldBatchNormIntoConv()(import_onnx(model))
     assert "relax.nn.batch_norm" not in _ops(folded) and _ops(folded).count("relax.nn.conv2d") == 1
     x = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
     session = nx.InferenceSession(model)
     assert session.plan.nodes_by_ep() == {"TvmExecutionProvider": 3}
     np.testing.assert_allclose(session.run(None, {"x": x})[0], want[0], rtol=1e-4, atol=1e-4)
@@ -73,7 +83,9 @@ def test_norm_not_after_a_conv_is_left_alone():
     model = _model(True, norm_input="x", channels=4)
     assert "relax.nn.batch_norm" in _ops(FoldBatchNormIntoConv()(import_onnx(model)))
     x = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
     for got, ref in zip(nx.InferenceSession(model).run(None, {"x": x}), want):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
@@ -83,5 +95,11 @@ def test_fold_runs_before_legalisation_on_llvm_only():
     from nxrt_tvm.lower.target import make_target
 
     names = [p.info.name for p in pipeline.lowering_passes(make_target("llvm"))]
-    assert names.index("nxrt_tvm.FoldBatchNormIntoConv") < names.index("nxrt_tvm.ConvertConvLayout") < names.index("LegalizeOps")
-    assert "nxrt_tvm.FoldBatchNormIntoConv" not in [p.info.name for p in pipeline.lowering_passes(make_target("cuda"))]
+    assert (
+        names.index("nxrt_tvm.FoldBatchNormIntoConv")
+        < names.index("nxrt_tvm.ConvertConvLayout")
+        < names.index("LegalizeOps")
+    )
+    assert "nxrt_tvm.FoldBatchNormIntoConv" not in [
+        p.info.name for p in pipeline.lowering_passes(make_target("cuda"))
+    ]

@@ -1,4 +1,5 @@
 """Compilation in a forked child: results, failures and crashes come back; inherited runtime state cannot hang it."""
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,10 @@ def test_parallel_kernels_run_in_the_child_after_the_parent_started_its_pool():
 
 
 def test_results_failures_and_crashes_come_back():
-    assert run_isolated(lambda: {"blob": b"\x00" * 3_000_000}, "a large result", 60)["blob"] == b"\x00" * 3_000_000
+    assert (
+        run_isolated(lambda: {"blob": b"\x00" * 3_000_000}, "a large result", 60)["blob"]
+        == b"\x00" * 3_000_000
+    )
 
     def fail():
         raise CompileFailed("no converter")

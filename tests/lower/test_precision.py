@@ -3,6 +3,7 @@
 Errors are measured against float64 math over each approximation's documented domain (2**18
 evenly spaced float32 points, plus the domain's ends); the bound is `Approximation.max_error`.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,12 +14,12 @@ import pytest
 import tvm
 from onnx import TensorProto as T
 from onnx import helper as h
+from parity import ort_run
 from tvm import relax, te, topi
 
 import nxrt_tvm as nx
 from nxrt_tvm.frontend import import_onnx
 from nxrt_tvm.lower.precision import APPROXIMATIONS, PreciseFastMath
-from parity import ort_run
 
 _REFERENCE = {
     "relax.exp": (topi.fast_exp, np.exp),
@@ -50,7 +51,9 @@ def test_each_approximation_stays_within_its_documented_error(approx):
         want = exact(x.astype(np.float64)).astype(np.float64)
         error = (np.abs(_run_te(fast, x) - want) / np.maximum(np.abs(want), np.finfo(np.float32).tiny)).max()
     assert approx.error in ("relative", "absolute")
-    assert error <= approx.max_error, f"{approx.op}: measured {approx.error} error {error:.3g} > {approx.max_error:g}"
+    assert error <= approx.max_error, (
+        f"{approx.op}: measured {approx.error} error {error:.3g} > {approx.max_error:g}"
+    )
 
 
 def _ops(mod: tvm.IRModule) -> list[str]:
@@ -67,8 +70,12 @@ def _ops(mod: tvm.IRModule) -> list[str]:
 
 
 def _model(nodes, outputs, shape=(2, 8)) -> onnx.ModelProto:
-    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, list(shape))],
-                         [h.make_tensor_value_info(n, e, None) for n, e in outputs])
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, list(shape))],
+        [h.make_tensor_value_info(n, e, None) for n, e in outputs],
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     model.ir_version = 8
     return onnx.shape_inference.infer_shapes(model)
@@ -78,11 +85,17 @@ def _model(nodes, outputs, shape=(2, 8)) -> onnx.ModelProto:
 DISCRETE = {
     "cast-to-int": ([h.make_node("Cast", ["a"], ["y"], to=T.INT64)], T.INT64),
     "floor": ([h.make_node("Floor", ["a"], ["y"])], T.FLOAT),
-    "round-after-arithmetic": ([h.make_node("Mul", ["a", "a"], ["b"]), h.make_node("Round", ["b"], ["y"])], T.FLOAT),
+    "round-after-arithmetic": (
+        [h.make_node("Mul", ["a", "a"], ["b"]), h.make_node("Round", ["b"], ["y"])],
+        T.FLOAT,
+    ),
     "comparison": ([h.make_node("Less", ["a", "x"], ["y"])], T.BOOL),
     "argmax": ([h.make_node("ArgMax", ["a"], ["y"], axis=1)], T.INT64),
     "topk-indices": ([h.make_node("TopK", ["a", "k"], ["v", "y"], axis=1)], T.INT64),
-    "where-mask": ([h.make_node("Greater", ["a", "x"], ["m"]), h.make_node("Where", ["m", "x", "a"], ["y"])], T.FLOAT),
+    "where-mask": (
+        [h.make_node("Greater", ["a", "x"], ["m"]), h.make_node("Where", ["m", "x", "a"], ["y"])],
+        T.FLOAT,
+    ),
 }
 
 
@@ -107,9 +120,17 @@ def test_values_that_only_reach_float_outputs_are_approximated(op):
 
 def test_one_value_approximated_for_its_float_use_stays_exact_for_its_discrete_use():
     """exp(x) feeding a float output and, through a Mul, an integer cast: exact (the discrete use wins)."""
-    nodes = [h.make_node("Exp", ["x"], ["a"]), h.make_node("Relu", ["a"], ["f"]), h.make_node("Mul", ["a", "x"], ["b"]),
-             h.make_node("Cast", ["b"], ["i"], to=T.INT32), h.make_node("Exp", ["x"], ["c"]), h.make_node("Neg", ["c"], ["g"])]
-    ops = _ops(PreciseFastMath()(import_onnx(_model(nodes, [("f", T.FLOAT), ("i", T.INT32), ("g", T.FLOAT)]))))
+    nodes = [
+        h.make_node("Exp", ["x"], ["a"]),
+        h.make_node("Relu", ["a"], ["f"]),
+        h.make_node("Mul", ["a", "x"], ["b"]),
+        h.make_node("Cast", ["b"], ["i"], to=T.INT32),
+        h.make_node("Exp", ["x"], ["c"]),
+        h.make_node("Neg", ["c"], ["g"]),
+    ]
+    ops = _ops(
+        PreciseFastMath()(import_onnx(_model(nodes, [("f", T.FLOAT), ("i", T.INT32), ("g", T.FLOAT)])))
+    )
     assert ops.count("relax.exp") == 1 and ops.count("fast_exp") == 1, ops
 
 
@@ -127,8 +148,11 @@ def test_an_integer_cast_of_exp_matches_onnxruntime_where_fast_exp_would_flip_it
     """The regression: TVM's FastMathTransform made floor/int(exp(x)) one less at these x."""
     x = _floor_flips()
     assert x.size >= 8, "no input where fast_exp flips floor(exp(x)): the test lost its teeth"
-    model = _model([h.make_node("Exp", ["x"], ["a"]), h.make_node("Cast", ["a"], ["y"], to=T.INT64)], [("y", T.INT64)],
-                   shape=[x.size])
+    model = _model(
+        [h.make_node("Exp", ["x"], ["a"]), h.make_node("Cast", ["a"], ["y"], to=T.INT64)],
+        [("y", T.INT64)],
+        shape=[x.size],
+    )
     want = ort_run(model, {"x": x})[0]
     exact = np.exp(x.astype(np.float64)).astype(np.float32).astype(np.int64)
     agree = want == exact  # keep the points where onnxruntime's own exp is exact too
@@ -142,12 +166,18 @@ def test_an_integer_cast_of_exp_matches_onnxruntime_where_fast_exp_would_flip_it
 def test_quantisation_is_not_a_discrete_consumer():
     """DynamicQuantizeLinear rounds its input and its zero point, but both only come back as floats:
     the softmax and GELU before it stay approximated (their tolerance is a quantisation step)."""
-    nodes = [h.make_node("Softmax", ["x"], ["a"]), h.make_node("Erf", ["a"], ["b"]),
-             h.make_node("DynamicQuantizeLinear", ["b"], ["q", "s", "z"]),
-             h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    nodes = [
+        h.make_node("Softmax", ["x"], ["a"]),
+        h.make_node("Erf", ["a"], ["b"]),
+        h.make_node("DynamicQuantizeLinear", ["b"], ["q", "s", "z"]),
+        h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+    ]
     ops = _ops(PreciseFastMath()(import_onnx(_model(nodes, [("y", T.FLOAT)]))))
     assert "fast_softmax" in ops and "fast_erf" in ops and "relax.nn.softmax" not in ops, ops
-    cast = [h.make_node("Softmax", ["x"], ["a"]), h.make_node("DynamicQuantizeLinear", ["a"], ["q", "s", "z"]),
-            h.make_node("Cast", ["s"], ["y"], to=T.INT32)]  # the scale itself cast to an integer: exact
+    cast = [
+        h.make_node("Softmax", ["x"], ["a"]),
+        h.make_node("DynamicQuantizeLinear", ["a"], ["q", "s", "z"]),
+        h.make_node("Cast", ["s"], ["y"], to=T.INT32),
+    ]  # the scale itself cast to an integer: exact
     ops = _ops(PreciseFastMath()(import_onnx(_model(cast, [("y", T.INT32)]))))
     assert "relax.nn.softmax" in ops, ops

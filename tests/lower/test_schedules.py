@@ -3,8 +3,8 @@
 Tolerances: fp32 results within rtol=1e-4, atol=1e-4 of onnxruntime; kernels
 with exp/erf/tanh (fast-math polynomials) within rtol=atol=1e-3.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import onnx
@@ -14,8 +14,8 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 import nxrt_tvm as nx
-from nxrt_tvm.lower import pipeline
 from nxrt_tvm.frontend import import_onnx
+from nxrt_tvm.lower import pipeline
 from nxrt_tvm.lower.schedules import RULE_ATTR, CpuRule, cpu_schedule_passes, pre_legalize_passes
 from nxrt_tvm.lower.schedules.base import ApplySchedules
 from nxrt_tvm.lower.target import make_target
@@ -26,7 +26,8 @@ RNG = np.random.default_rng(0)
 
 def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
     graph = helper.make_graph(
-        nodes, "g",
+        nodes,
+        "g",
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
         initializer=[numpy_helper.from_array(RNG.standard_normal(s).astype(np.float32), n) for n, s in inits],
@@ -40,22 +41,40 @@ def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
 
 
 def matmul_bias_relu(m, k, n):
-    return _model([helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"]),
-                   helper.make_node("Relu", ["z"], ["out"])], [("x", [m, k])], ["out"], [("w", [k, n]), ("b", [n])])
+    return _model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["y"]),
+            helper.make_node("Add", ["y", "b"], ["z"]),
+            helper.make_node("Relu", ["z"], ["out"]),
+        ],
+        [("x", [m, k])],
+        ["out"],
+        [("w", [k, n]), ("b", [n])],
+    )
 
 
 def gemm_trans_b(m, k, n):
-    return _model([helper.make_node("Gemm", ["x", "w", "b"], ["out"], transB=1)], [("x", [m, k])], ["out"],
-                  [("w", [n, k]), ("b", [n])])
+    return _model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["out"], transB=1)],
+        [("x", [m, k])],
+        ["out"],
+        [("w", [n, k]), ("b", [n])],
+    )
 
 
 def batch_matmul(b, m, k, n):
-    return _model([helper.make_node("MatMul", ["x", "y"], ["out"])], [("x", [b, m, k]), ("y", [b, k, n])], ["out"])
+    return _model(
+        [helper.make_node("MatMul", ["x", "y"], ["out"])], [("x", [b, m, k]), ("y", [b, k, n])], ["out"]
+    )
 
 
 def conv(n, c, h, w, oc, kernel, stride, pad):
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[kernel] * 2, strides=[stride] * 2, pads=[pad] * 4),
-             helper.make_node("Relu", ["y"], ["out"])]
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["y"], kernel_shape=[kernel] * 2, strides=[stride] * 2, pads=[pad] * 4
+        ),
+        helper.make_node("Relu", ["y"], ["out"]),
+    ]
     return _model(nodes, [("x", [n, c, h, w])], ["out"], [("w", [oc, c, kernel, kernel]), ("b", [oc])])
 
 
@@ -68,13 +87,20 @@ def softmax(shape):
 
 
 def layer_norm(shape):
-    return _model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["out"], axis=-1, epsilon=1e-5)],
-                  [("x", shape)], ["out"], [("g", shape[-1:]), ("b", shape[-1:])])
+    return _model(
+        [helper.make_node("LayerNormalization", ["x", "g", "b"], ["out"], axis=-1, epsilon=1e-5)],
+        [("x", shape)],
+        ["out"],
+        [("g", shape[-1:]), ("b", shape[-1:])],
+    )
 
 
 def elementwise(shape):
-    nodes = [helper.make_node("Add", ["x", "b"], ["y"]), helper.make_node("Erf", ["y"], ["z"]),
-             helper.make_node("Mul", ["z", "x"], ["out"])]
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["y"]),
+        helper.make_node("Erf", ["y"], ["z"]),
+        helper.make_node("Mul", ["z", "x"], ["out"]),
+    ]
     return _model(nodes, [("x", shape)], ["out"], [("b", shape[-1:])])
 
 
@@ -85,14 +111,27 @@ def transpose(shape):
 def head_split(seq, heads, dim):
     """Attention's head split: [1, seq, heads * dim] -> [1, heads, seq, dim]; the reshape reads through
     (h * dim + d) // (heads * dim), which inlining simplifies away: the copy must still vectorise."""
-    shape = helper.make_node("Constant", [], ["shape"],
-                             value=numpy_helper.from_array(np.array([1, seq, heads, dim], dtype=np.int64)))
-    return _model([shape, helper.make_node("Reshape", ["x", "shape"], ["r"]),
-                   helper.make_node("Transpose", ["r"], ["out"], perm=[0, 2, 1, 3])], [("x", [1, seq, heads * dim])], ["out"])
+    shape = helper.make_node(
+        "Constant",
+        [],
+        ["shape"],
+        value=numpy_helper.from_array(np.array([1, seq, heads, dim], dtype=np.int64)),
+    )
+    return _model(
+        [
+            shape,
+            helper.make_node("Reshape", ["x", "shape"], ["r"]),
+            helper.make_node("Transpose", ["r"], ["out"], perm=[0, 2, 1, 3]),
+        ],
+        [("x", [1, seq, heads * dim])],
+        ["out"],
+    )
 
 
 def tile(shape, reps):
-    reps = helper.make_node("Constant", [], ["reps"], value=numpy_helper.from_array(np.array(reps, dtype=np.int64)))
+    reps = helper.make_node(
+        "Constant", [], ["reps"], value=numpy_helper.from_array(np.array(reps, dtype=np.int64))
+    )
     return _model([reps, helper.make_node("Tile", ["x", "reps"], ["out"])], [("x", shape)], ["out"])
 
 
@@ -111,8 +150,16 @@ CASES = {
     "conv3x3s2_2x8x15x15": (conv(2, 8, 15, 15, 17, 3, 2, 1), "conv", 1e-4),
     "conv1x1_1x16x7x7": (conv(1, 16, 7, 7, 24, 1, 1, 0), "conv", 1e-4),
     "conv3x3_1x8x14x14": (conv(1, 8, 14, 14, 32, 3, 1, 1), "conv", 1e-4),  # 7-row tiles (14 = 2 x 7)
-    "maxpool3x3s2_1x5x13x13": (pool("MaxPool", [1, 5, 13, 13], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4), "pooling", 1e-4),
-    "avgpool2x2_2x3x9x9": (pool("AveragePool", [2, 3, 9, 9], kernel_shape=[2, 2], strides=[2, 2]), "pooling", 1e-4),
+    "maxpool3x3s2_1x5x13x13": (
+        pool("MaxPool", [1, 5, 13, 13], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
+        "pooling",
+        1e-4,
+    ),
+    "avgpool2x2_2x3x9x9": (
+        pool("AveragePool", [2, 3, 9, 9], kernel_shape=[2, 2], strides=[2, 2]),
+        "pooling",
+        1e-4,
+    ),
     "globalavgpool_1x19x7x7": (pool("GlobalAveragePool", [1, 19, 7, 7]), "normalization", 1e-4),
     "softmax_3x17": (softmax([3, 17]), "normalization", 1e-3),
     "softmax_2x4x33": (softmax([2, 4, 33]), "normalization", 1e-3),
@@ -131,7 +178,8 @@ def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     inits = {t.name for t in model.graph.initializer}
     return {
         i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-        for i in model.graph.input if i.name not in inits
+        for i in model.graph.input
+        if i.name not in inits
     }
 
 
@@ -147,8 +195,12 @@ def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
 
 def _run_both(model: onnx.ModelProto, tol: float, schedule_passes=None):
     feeds = _feeds(model)
-    session = nx.InferenceSession(model, provider_options=[{"target": "llvm", "schedule_passes": schedule_passes}, {}])
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    session = nx.InferenceSession(
+        model, provider_options=[{"target": "llvm", "schedule_passes": schedule_passes}, {}]
+    )
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
     got = session.run(None, feeds)
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -162,24 +214,39 @@ def test_rule_matches_onnxruntime_and_applies(case):
     model, rule, tol = CASES[case]
     _run_both(model, tol)
     funcs = _prim_funcs(_lowered(model))
-    applied = {str(f.attrs[RULE_ATTR]) for f in funcs.values() if f.attrs is not None and RULE_ATTR in f.attrs}
+    applied = {
+        str(f.attrs[RULE_ATTR]) for f in funcs.values() if f.attrs is not None and RULE_ATTR in f.attrs
+    }
     assert rule in applied, (case, applied)
     scheduled = [f for f in funcs.values() if f.attrs is not None and f.attrs.get(RULE_ATTR) == rule]
     script = "\n".join(f.script() for f in scheduled)
     assert "T.parallel" in script
-    if rule != "normalization" and case != "tile_3x5":  # dlight's Reduction keeps short rows scalar; Tile stays scalar
+    if (
+        rule != "normalization" and case != "tile_3x5"
+    ):  # dlight's Reduction keeps short rows scalar; Tile stays scalar
         assert "T.vectorized" in script
 
 
-@pytest.mark.parametrize("case,rule,weight", [
-    ("matmul_packed_1x64x96", "matmul", (3, 64, 32)),
-    ("matmul_packed_33x100x64", "matmul", (2, 100, 32)),
-    ("gemm_transB_packed_7x17x32", "matmul", (1, 17, 32)),
-    ("matmul_64x48x40", "matmul", (2, 48, 20)),  # the 20-wide column tile that divides 40
-    ("conv1x1_1x16x7x7", "conv", (1, 1, 1, 16, 24)),  # NHWC: HWIO weights, one 24-wide panel of output channels
-    ("conv3x3s2_2x8x15x15", "conv", (3, 3, 8, 17)),  # 17 output channels: a checked tail, so HWIO as it is
-    ("batch_matmul_2x5x7x19", "matmul", (2, 7, 19)),  # both operands are inputs: nothing constant to pack
-])
+@pytest.mark.parametrize(
+    "case,rule,weight",
+    [
+        ("matmul_packed_1x64x96", "matmul", (3, 64, 32)),
+        ("matmul_packed_33x100x64", "matmul", (2, 100, 32)),
+        ("gemm_transB_packed_7x17x32", "matmul", (1, 17, 32)),
+        ("matmul_64x48x40", "matmul", (2, 48, 20)),  # the 20-wide column tile that divides 40
+        (
+            "conv1x1_1x16x7x7",
+            "conv",
+            (1, 1, 1, 16, 24),
+        ),  # NHWC: HWIO weights, one 24-wide panel of output channels
+        (
+            "conv3x3s2_2x8x15x15",
+            "conv",
+            (3, 3, 8, 17),
+        ),  # 17 output channels: a checked tail, so HWIO as it is
+        ("batch_matmul_2x5x7x19", "matmul", (2, 7, 19)),  # both operands are inputs: nothing constant to pack
+    ],
+)
 def test_constant_weights_are_packed_at_compile_time(case, rule, weight):
     """The kernel reads a [J/tile, r..., tile] constant; the repacking itself was folded away (no copy at run time)."""
     funcs = _prim_funcs(_lowered(CASES[case][0]))
@@ -194,7 +261,9 @@ def test_weightless_builds_keep_weights_unpacked():
     model = CASES["matmul_packed_1x64x96"][0]
     feeds = _feeds(model)
     session = nx.InferenceSession(model, provider_options=[{"weightless": True}, {}])
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
     np.testing.assert_allclose(session.run(None, feeds)[0], want[0], rtol=1e-4, atol=1e-4)
 
 
@@ -209,7 +278,6 @@ def test_tile_gathers_stay_scalar():
     funcs = _prim_funcs(_lowered(CASES["tile_3x5"][0]))
     script = "\n".join(f.script() for f in funcs.values())
     assert "T.vectorized" not in script  # modulo gathers: AVX-512 codegen miscompiles them vectorised
-
 
 
 def test_no_rules_builds_tvm_default_and_matches():
@@ -241,16 +309,27 @@ def test_failing_rule_keeps_default_and_build_succeeds():
 
 def test_schedule_phase_sits_after_fusion_and_only_on_llvm():
     names = [p.info.name for p in pipeline.lowering_passes(TARGET)]
-    assert names.index("nxrt_tvm.PreciseFastMath") < names.index("LegalizeOps") and "FastMathTransform" not in names
-    after_fusion = names[names.index("FuseTIR") + 1:]
-    assert after_fusion[:5] == ["AttachAttrLayoutFreeBuffers", "nxrt_tvm.ApplyCpuSchedules", "nxrt_tvm.record_variants",
-                                "nxrt_tvm.SplitLayoutRewrites", "FoldConstant"]
+    assert (
+        names.index("nxrt_tvm.PreciseFastMath") < names.index("LegalizeOps")
+        and "FastMathTransform" not in names
+    )
+    after_fusion = names[names.index("FuseTIR") + 1 :]
+    assert after_fusion[:5] == [
+        "AttachAttrLayoutFreeBuffers",
+        "nxrt_tvm.ApplyCpuSchedules",
+        "nxrt_tvm.record_variants",
+        "nxrt_tvm.SplitLayoutRewrites",
+        "FoldConstant",
+    ]
     cuda = make_target("cuda")
     assert not cpu_schedule_passes(cuda) and not pre_legalize_passes(cuda)
     cuda_names = [p.info.name for p in pipeline.lowering_passes(cuda)]
     assert "nxrt_tvm.ApplyCpuSchedules" not in cuda_names and "FastMathTransform" not in cuda_names
     custom = [tvm.relax.transform.FoldConstant()]
-    custom_names = [p.info.name for p in pipeline.lowering_passes(TARGET, pipeline.Lowering(schedule_passes=tuple(custom)))]
+    custom_names = [
+        p.info.name
+        for p in pipeline.lowering_passes(TARGET, pipeline.Lowering(schedule_passes=tuple(custom)))
+    ]
     assert custom_names.count("FastMathTransform") == 0
 
 
@@ -273,37 +352,50 @@ def test_symbolic_injective_kernels_keep_tvm_default():
 def test_layout_conversion_that_tvm_cannot_infer_keeps_the_module_buildable():
     """Max of two inputs imports as R.stack, whose layout inference fails in TVM 0.27: the conv stays NCHW
     (TVM's default kernel) instead of the partition being declined; a module without convolutions is untouched."""
-    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
-             helper.make_node("Max", ["y", "x2"], ["out"])]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Max", ["y", "x2"], ["out"]),
+    ]
     model = _model(nodes, [("x", [1, 4, 6, 6]), ("x2", [1, 4, 6, 6])], ["out"], [("w", [4, 4, 3, 3])])
     assert _run_both(model, 1e-4).plan.nodes_by_ep() == {"TvmExecutionProvider": 2}
     maximum = _model([helper.make_node("Max", ["a", "b"], ["out"])], [("a", [3]), ("b", [3])], ["out"])
     assert _run_both(maximum, 0).plan.nodes_by_ep() == {"TvmExecutionProvider": 1}
     conv_only = _lowered(CASES["conv1x1_1x16x7x7"][0])
-    assert any(f.attrs is not None and f.attrs.get(RULE_ATTR) == "conv" for f in _prim_funcs(conv_only).values())
+    assert any(
+        f.attrs is not None and f.attrs.get(RULE_ATTR) == "conv" for f in _prim_funcs(conv_only).values()
+    )
 
 
 @pytest.mark.parametrize("with_matmul", [False, True], ids=["alone", "next-to-a-packed-matmul"])
 def test_index_kernels_on_constants_build_whether_or_not_a_weight_is_packed(with_matmul):
     """Unsqueeze/Slice with run-time axes import as gathers and scans over constant index tables, which TVM marks
     layout-free; SplitLayoutRewritePreproc fails on them, so only kernels with a rewrite block go through it."""
-    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]), helper.make_node("Slice", ["u", "starts", "ends"], ["out"])]
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
+        helper.make_node("Slice", ["u", "starts", "ends"], ["out"]),
+    ]
     inputs, outputs, inits = [("x", [3, 64])], [("out", [2, 3, 64])], []
     if with_matmul:  # an independent branch in the same partition: one module with both kinds of kernel
         nodes.append(helper.make_node("MatMul", ["x0", "w"], ["y"]))
         inputs, outputs, inits = inputs + [("x0", [3, 32])], outputs + [("y", [3, 64])], [("w", [32, 64])]
     graph = helper.make_graph(
-        nodes, "g",
+        nodes,
+        "g",
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
         + [helper.make_tensor_value_info(n, TensorProto.INT64, [1]) for n in ("axes", "starts", "ends")],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
-        initializer=[numpy_helper.from_array(RNG.standard_normal(s).astype(np.float32), n) for n, s in inits])
+        initializer=[numpy_helper.from_array(RNG.standard_normal(s).astype(np.float32), n) for n, s in inits],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     feeds = {n: RNG.standard_normal(s).astype(np.float32) for n, s in inputs}
     feeds |= {"axes": np.array([0]), "starts": np.array([1]), "ends": np.array([3])}
     session = nx.InferenceSession(model)
-    assert session.plan.nodes_by_ep() == {"TvmExecutionProvider": len(nodes)}, [str(d) for d in session.plan.declines]
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert session.plan.nodes_by_ep() == {"TvmExecutionProvider": len(nodes)}, [
+        str(d) for d in session.plan.declines
+    ]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
     for got, ref in zip(session.run(None, feeds), want):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

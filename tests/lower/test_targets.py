@@ -1,13 +1,14 @@
 """Targets: the host CPU with its features, and CUDA (builds here, runs only where a GPU is)."""
+
 from __future__ import annotations
 
+import model_zoo
 import numpy as np
 import pytest
 import tvm
-
-import model_zoo
-import nxrt_tvm as nx
 from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
 from nxrt_tvm.graph.model import load_model
 from nxrt_tvm.lower.build import compile_partition
 from nxrt_tvm.lower.target import host_cpu, make_target

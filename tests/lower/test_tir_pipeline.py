@@ -4,6 +4,7 @@ A per-row scratch buffer is declared inside a parallel loop (as the schedules'
 register tiles are); the built module's LLVM IR shows whether each iteration
 calls the workspace pool. Results match numpy exactly (same fp32 operations).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,12 @@ import tvm
 from tvm import s_tir, te
 
 from nxrt_tvm.lower.target import make_target
-from nxrt_tvm.lower.tir_pipeline import CPU_TIR_PIPELINE, STACK_LIMIT_BYTES, build_for_measurement, tir_pipeline_for
+from nxrt_tvm.lower.tir_pipeline import (
+    CPU_TIR_PIPELINE,
+    STACK_LIMIT_BYTES,
+    build_for_measurement,
+    tir_pipeline_for,
+)
 
 TARGET = make_target("llvm")
 
@@ -32,10 +38,15 @@ def _row_scratch(width: int, scope: str) -> tvm.IRModule:
 
 def _workspace_calls(lib: tvm.runtime.Module) -> int:
     """Loads of the pool's function pointer in the module's LLVM IR (one per allocation site)."""
-    return sum("load" in line and "@__TVMBackendAllocWorkspace" in line for line in lib.inspect_source("ll").splitlines())
+    return sum(
+        "load" in line and "@__TVMBackendAllocWorkspace" in line
+        for line in lib.inspect_source("ll").splitlines()
+    )
 
 
-@pytest.mark.parametrize("scope, width", [("local", 64), ("global", 512)])  # TVM stacks global buffers under 1 KB only
+@pytest.mark.parametrize(
+    "scope, width", [("local", 64), ("global", 512)]
+)  # TVM stacks global buffers under 1 KB only
 def test_a_small_scratch_buffer_is_a_stack_allocation(scope, width):
     mod = _row_scratch(width, scope)
     assert _workspace_calls(tvm.tirx.build(mod, TARGET)) > 0  # TVM's pipeline: a pool call per row

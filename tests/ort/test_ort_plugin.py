@@ -3,6 +3,7 @@
 The bundled model compiles to two TVM partitions around a Celu that stays on
 ORT's CPU EP, so every parity test here is multi-partition and mixed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,10 @@ def external_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _feeds(model: Path | str) -> dict[str, np.ndarray]:
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(7)
-    return {i.name: rng.standard_normal([d if isinstance(d, int) else 2 for d in i.shape]).astype(np.float32)
-            for i in sess.get_inputs()}
+    return {
+        i.name: rng.standard_normal([d if isinstance(d, int) else 2 for d in i.shape]).astype(np.float32)
+        for i in sess.get_inputs()
+    }
 
 
 def _plugin_session(model: Path | str | bytes) -> ort.InferenceSession:
@@ -166,6 +169,7 @@ def test_truncated_blob_is_declined(plugin_library, embedded_model, tmp_path, ca
 @pytest.mark.parametrize("mode", ["truncated", "zeroed"])
 def test_forged_blob_is_declined_before_dlopen(plugin_library, embedded_model, tmp_path, capfd, mode):
     """sha256 and size rewritten with the blob: the ELF checks (as in Python) decline it; dlopen would crash ORT."""
+
     def forge(model):
         node = _context_nodes(model)[0]
         blob = _attr(node, "ep_cache_context")
@@ -213,7 +217,9 @@ def test_other_tvm_version_is_declined(plugin_library, embedded_model, tmp_path,
     ],
     ids=["unknown-cpu-feature", "format-version", "cuda-target"],
 )
-def test_notes_the_host_cannot_satisfy_are_declined(plugin_library, embedded_model, tmp_path, capfd, change, reason):
+def test_notes_the_host_cannot_satisfy_are_declined(
+    plugin_library, embedded_model, tmp_path, capfd, change, reason
+):
     def edit(model):
         node = _context_nodes(model)[0]
         notes = json.loads(_attr(node, "notes"))
@@ -228,8 +234,14 @@ def test_missing_cpu_feature_is_declined(plugin_library, embedded_model, tmp_pat
 
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the cpuid feature table is x86-only")
-    missing = next((f for f in ("amx-tile", "avx512fp16", "avx512er", "fma4", "xop", "avx512vp2intersect")
-                    if not _host_has(f)), None)
+    missing = next(
+        (
+            f
+            for f in ("amx-tile", "avx512fp16", "avx512er", "fma4", "xop", "avx512vp2intersect")
+            if not _host_has(f)
+        ),
+        None,
+    )
     if missing is None:
         pytest.skip("this CPU has every probe feature")
 
@@ -243,8 +255,14 @@ def test_missing_cpu_feature_is_declined(plugin_library, embedded_model, tmp_pat
 
 
 def _host_has(feature: str) -> bool:
-    flags = {"amx-tile": "amx_tile", "avx512fp16": "avx512_fp16", "avx512er": "avx512er", "fma4": "fma4", "xop": "xop",
-             "avx512vp2intersect": "avx512_vp2intersect"}
+    flags = {
+        "amx-tile": "amx_tile",
+        "avx512fp16": "avx512_fp16",
+        "avx512er": "avx512er",
+        "fma4": "fma4",
+        "xop": "xop",
+        "avx512vp2intersect": "avx512_vp2intersect",
+    }
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
     return flags[feature] in line.split()
@@ -290,9 +308,11 @@ def test_unaligned_input_is_staged(plugin_library, embedded_model, source_model)
     name, value = next(iter(feeds.items()))
     raw = np.zeros(value.nbytes + 64, dtype=np.uint8)
     start = (-raw.ctypes.data) % 64 + 4  # 4 bytes past a 64-byte boundary
-    unaligned = raw[start:start + value.nbytes].view(np.float32).reshape(value.shape)
+    unaligned = raw[start : start + value.nbytes].view(np.float32).reshape(value.shape)
     unaligned[...] = value
     assert unaligned.ctypes.data % 64 != 0
     sess = _plugin_session(embedded_model)
     reference = ort.InferenceSession(str(source_model), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(sess.run(None, {name: unaligned})[0], reference.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        sess.run(None, {name: unaligned})[0], reference.run(None, feeds)[0], rtol=1e-4, atol=1e-5
+    )

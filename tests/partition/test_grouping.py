@@ -1,4 +1,5 @@
 """Whole-subgraph grouping: maximal, connected, acyclic when fused (across EPs), deterministic names."""
+
 from __future__ import annotations
 
 import itertools

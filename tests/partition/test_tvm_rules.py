@@ -3,6 +3,7 @@
 The declined cases were found by `tools/probe_frontend.py`; the accepted
 neighbours are compiled with the default pipeline and compared with onnxruntime.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -59,7 +60,9 @@ def runs_like_ort(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
     gv = load_model(m)
     for i in range(len(gv.nodes)):
         check(m, i)
-    target = tvm.target.Target({"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(), "num-cores": 2})
+    target = tvm.target.Target(
+        {"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(), "num-cores": 2}
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mod = from_onnx(gv.model)
@@ -84,11 +87,23 @@ X34 = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
 
 def test_reshape_needs_a_known_shape():
     shape = vi("s", T.INT64, [2])
-    sig = declined(model([h.make_node("Reshape", ["x", "s"], ["y"])], [vi("x", T.FLOAT, [3, 4]), shape],
-                         [vi("y", T.FLOAT, [4, 3])]))
+    sig = declined(
+        model(
+            [h.make_node("Reshape", ["x", "s"], ["y"])],
+            [vi("x", T.FLOAT, [3, 4]), shape],
+            [vi("y", T.FLOAT, [4, 3])],
+        )
+    )
     assert "run time" in sig.detail
-    runs_like_ort(model([h.make_node("Reshape", ["x", "s"], ["y"])], [vi("x", T.FLOAT, [3, 4])],
-                        [vi("y", T.FLOAT, [4, 3])], [nh.from_array(np.array([4, 3], np.int64), "s")]), {"x": X34})
+    runs_like_ort(
+        model(
+            [h.make_node("Reshape", ["x", "s"], ["y"])],
+            [vi("x", T.FLOAT, [3, 4])],
+            [vi("y", T.FLOAT, [4, 3])],
+            [nh.from_array(np.array([4, 3], np.int64), "s")],
+        ),
+        {"x": X34},
+    )
 
 
 def test_reshape_from_shape_ops_with_symbolic_batch_is_accepted():
@@ -99,42 +114,69 @@ def test_reshape_from_shape_ops_with_symbolic_batch_is_accepted():
         h.make_node("Concat", ["n1", "rest"], ["s"], axis=0),
         h.make_node("Reshape", ["x", "s"], ["y"]),
     ]
-    inits = [nh.from_array(np.array(0, np.int64), "zero"), nh.from_array(np.array([0], np.int64), "zero1"),
-             nh.from_array(np.array([2, 2], np.int64), "rest")]
+    inits = [
+        nh.from_array(np.array(0, np.int64), "zero"),
+        nh.from_array(np.array([0], np.int64), "zero1"),
+        nh.from_array(np.array([2, 2], np.int64), "rest"),
+    ]
     m = model(nodes, [vi("x", T.FLOAT, ["N", 4])], [vi("y", T.FLOAT, ["N", 2, 2])], inits)
     runs_like_ort(m, {"x": X34})
 
 
 def test_reduce_axes_must_be_constant():
-    m = model([h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)],
-              [vi("x", T.FLOAT, [3, 4]), vi("a", T.INT64, [1])], [vo("y", T.FLOAT, 1)])
+    m = model(
+        [h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)],
+        [vi("x", T.FLOAT, [3, 4]), vi("a", T.INT64, [1])],
+        [vo("y", T.FLOAT, 1)],
+    )
     assert "axes" in declined(m).detail
-    m = model([h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)], [vi("x", T.FLOAT, [3, 4])],
-              [vo("y", T.FLOAT, 1)], [nh.from_array(np.array([1], np.int64), "a")])
+    m = model(
+        [h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)],
+        [vi("x", T.FLOAT, [3, 4])],
+        [vo("y", T.FLOAT, 1)],
+        [nh.from_array(np.array([1], np.int64), "a")],
+    )
     runs_like_ort(m, {"x": X34})
 
 
 def test_reduce_of_an_empty_tensor_is_declined():
-    m = model([h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=1)], [vi("x", T.FLOAT, [2, 0, 4])],
-              [vo("y", T.FLOAT, 3)], [nh.from_array(np.array([1], np.int64), "a")])
+    m = model(
+        [h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=1)],
+        [vi("x", T.FLOAT, [2, 0, 4])],
+        [vo("y", T.FLOAT, 3)],
+        [nh.from_array(np.array([1], np.int64), "a")],
+    )
     assert declined(m).rejected.value == "shape"
 
 
 def test_topk_k_must_be_constant():
     outs = [vo("v", T.FLOAT, 2), vo("i", T.INT64, 2)]
-    m = model([h.make_node("TopK", ["x", "k"], ["v", "i"])], [vi("x", T.FLOAT, [3, 4]), vi("k", T.INT64, [1])], outs)
+    m = model(
+        [h.make_node("TopK", ["x", "k"], ["v", "i"])], [vi("x", T.FLOAT, [3, 4]), vi("k", T.INT64, [1])], outs
+    )
     declined(m)
-    m = model([h.make_node("TopK", ["x", "k"], ["v", "i"])], [vi("x", T.FLOAT, [3, 4])], outs,
-              [nh.from_array(np.array([2], np.int64), "k")])
+    m = model(
+        [h.make_node("TopK", ["x", "k"], ["v", "i"])],
+        [vi("x", T.FLOAT, [3, 4])],
+        outs,
+        [nh.from_array(np.array([2], np.int64), "k")],
+    )
     runs_like_ort(m, {"x": X34})
 
 
 def test_pad_pads_must_be_constant():
-    m = model([h.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
-              [vi("x", T.FLOAT, [3, 4]), vi("p", T.INT64, [4])], [vo("y", T.FLOAT, 2)])
+    m = model(
+        [h.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
+        [vi("x", T.FLOAT, [3, 4]), vi("p", T.INT64, [4])],
+        [vo("y", T.FLOAT, 2)],
+    )
     declined(m)
-    m = model([h.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], [vi("x", T.FLOAT, [3, 4])],
-              [vo("y", T.FLOAT, 2)], [nh.from_array(np.array([1, 1, 1, 1], np.int64), "p")])
+    m = model(
+        [h.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
+        [vi("x", T.FLOAT, [3, 4])],
+        [vo("y", T.FLOAT, 2)],
+        [nh.from_array(np.array([1, 1, 1, 1], np.int64), "p")],
+    )
     runs_like_ort(m, {"x": X34})
 
 
@@ -145,11 +187,19 @@ def test_constant_of_shape_from_data_is_declined():
 
 def test_split_sizes():
     outs = [vo("a", T.FLOAT, 2), vo("b", T.FLOAT, 2)]
-    m = model([h.make_node("Split", ["x", "s"], ["a", "b"], axis=1)], [vi("x", T.FLOAT, [3, 4])], outs,
-              [nh.from_array(np.array([0, 4], np.int64), "s")])
+    m = model(
+        [h.make_node("Split", ["x", "s"], ["a", "b"], axis=1)],
+        [vi("x", T.FLOAT, [3, 4])],
+        outs,
+        [nh.from_array(np.array([0, 4], np.int64), "s")],
+    )
     assert "zero-size" in declined(m).detail
-    m = model([h.make_node("Split", ["x", "s"], ["a", "b"], axis=1)], [vi("x", T.FLOAT, [3, 4])], outs,
-              [nh.from_array(np.array([1, 3], np.int64), "s")])
+    m = model(
+        [h.make_node("Split", ["x", "s"], ["a", "b"], axis=1)],
+        [vi("x", T.FLOAT, [3, 4])],
+        outs,
+        [nh.from_array(np.array([1, 3], np.int64), "s")],
+    )
     runs_like_ort(m, {"x": X34})
 
 
@@ -158,26 +208,43 @@ def test_split_sizes():
 
 def test_resize_scale_with_fractional_output_is_declined():
     x = vi("x", T.FLOAT, [1, 1, 4, 4])
-    m = model([h.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear")], [x], [vo("y", T.FLOAT, 4)],
-              [nh.from_array(np.array([1, 1, 0.6, 0.6], np.float32), "sc")])
+    m = model(
+        [h.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear")],
+        [x],
+        [vo("y", T.FLOAT, 4)],
+        [nh.from_array(np.array([1, 1, 0.6, 0.6], np.float32), "sc")],
+    )
     assert "fractional" in declined(m).detail
-    m = model([h.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear")], [x], [vo("y", T.FLOAT, 4)],
-              [nh.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "sc")])
+    m = model(
+        [h.make_node("Resize", ["x", "", "sc"], ["y"], mode="linear")],
+        [x],
+        [vo("y", T.FLOAT, 4)],
+        [nh.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "sc")],
+    )
     runs_like_ort(m, {"x": np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)})
 
 
 def test_pow_needs_matching_float_types():
-    m = model([h.make_node("Pow", ["x", "e"], ["y"])], [vi("x", T.FLOAT, [3, 4]), vi("e", T.INT64, [3, 4])],
-              [vi("y", T.FLOAT, [3, 4])])
+    m = model(
+        [h.make_node("Pow", ["x", "e"], ["y"])],
+        [vi("x", T.FLOAT, [3, 4]), vi("e", T.INT64, [3, 4])],
+        [vi("y", T.FLOAT, [3, 4])],
+    )
     assert declined(m).rejected.value == "dtype"
-    m = model([h.make_node("Pow", ["x", "e"], ["y"])], [vi("x", T.FLOAT, [3, 4]), vi("e", T.FLOAT, [3, 4])],
-              [vi("y", T.FLOAT, [3, 4])])
+    m = model(
+        [h.make_node("Pow", ["x", "e"], ["y"])],
+        [vi("x", T.FLOAT, [3, 4]), vi("e", T.FLOAT, [3, 4])],
+        [vi("y", T.FLOAT, [3, 4])],
+    )
     runs_like_ort(m, {"x": np.abs(X34) + 0.5, "e": X34})
 
 
 def test_isinf_one_sided_is_declined():
-    m = model([h.make_node("IsInf", ["x"], ["y"], detect_negative=0)], [vi("x", T.FLOAT, [3, 4])],
-              [vi("y", T.BOOL, [3, 4])])
+    m = model(
+        [h.make_node("IsInf", ["x"], ["y"], detect_negative=0)],
+        [vi("x", T.FLOAT, [3, 4])],
+        [vi("y", T.BOOL, [3, 4])],
+    )
     declined(m)
     m = model([h.make_node("IsInf", ["x"], ["y"])], [vi("x", T.FLOAT, [3, 4])], [vi("y", T.BOOL, [3, 4])])
     runs_like_ort(m, {"x": np.where(X34 > 1, np.inf, X34).astype(np.float32)})
@@ -186,17 +253,26 @@ def test_isinf_one_sided_is_declined():
 def test_layernorm_extra_outputs_are_declined():
     inputs = [vi("x", T.FLOAT, [3, 4])]
     inits = [nh.from_array(np.ones(4, np.float32), "g"), nh.from_array(np.zeros(4, np.float32), "b")]
-    m = model([h.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean"])], inputs,
-              [vi("y", T.FLOAT, [3, 4]), vo("mean", T.FLOAT, 2)], inits)
+    m = model(
+        [h.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean"])],
+        inputs,
+        [vi("y", T.FLOAT, [3, 4]), vo("mean", T.FLOAT, 2)],
+        inits,
+    )
     declined(m)
-    m = model([h.make_node("LayerNormalization", ["x", "g", "b"], ["y"])], inputs, [vi("y", T.FLOAT, [3, 4])], inits)
+    m = model(
+        [h.make_node("LayerNormalization", ["x", "g", "b"], ["y"])], inputs, [vi("y", T.FLOAT, [3, 4])], inits
+    )
     runs_like_ort(m, {"x": X34})
 
 
 def test_maxpool_indices_output_is_declined():
     x = vi("x", T.FLOAT, [1, 1, 4, 4])
-    m = model([h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])], [x],
-              [vo("y", T.FLOAT, 4), vo("i", T.INT64, 4)])
+    m = model(
+        [h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])],
+        [x],
+        [vo("y", T.FLOAT, 4), vo("i", T.INT64, 4)],
+    )
     declined(m)
     m = model([h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2])], [x], [vo("y", T.FLOAT, 4)])
     runs_like_ort(m, {"x": np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)})
@@ -212,15 +288,26 @@ def test_conv_transpose_output_shape_must_match_pads():
     x = vi("x", T.FLOAT, [1, 1, 3, 3])
     node = h.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[3, 2], output_shape=[10, 8])
     declined(model([node], [x], [vo("y", T.FLOAT, 4)], [w]))
-    node = h.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[3, 2], output_shape=[10, 8],
-                       output_padding=[1, 1], kernel_shape=[3, 3])
+    node = h.make_node(
+        "ConvTranspose",
+        ["x", "w"],
+        ["y"],
+        strides=[3, 2],
+        output_shape=[10, 8],
+        output_padding=[1, 1],
+        kernel_shape=[3, 3],
+    )
     runs_like_ort(model([node], [x], [vo("y", T.FLOAT, 4)], [w]), {"x": np.ones((1, 1, 3, 3), np.float32)})
 
 
 def test_shape_output_into_arithmetic_is_declined():
     nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Div", ["s", "two"], ["y"])]
-    m = model(nodes, [vi("x", T.FLOAT, [3, 4])], [vi("y", T.INT64, [2])],
-              [nh.from_array(np.array(2, np.int64), "two")])
+    m = model(
+        nodes,
+        [vi("x", T.FLOAT, [3, 4])],
+        [vi("y", T.INT64, [2])],
+        [nh.from_array(np.array(2, np.int64), "two")],
+    )
     assert "Shape" in declined(m).detail
 
 
@@ -238,8 +325,11 @@ def test_ai_onnx_attention_is_declined():
 
 @pytest.mark.parametrize("op, ishape", [("Gather", [2]), ("GatherElements", [2, 4]), ("GatherND", [2, 1])])
 def test_runtime_indices_are_declined(op, ishape):
-    m = model([h.make_node(op, ["x", "i"], ["y"])], [vi("x", T.FLOAT, [3, 4]), vi("i", T.INT64, ishape)],
-              [vo("y", T.FLOAT, 2)])
+    m = model(
+        [h.make_node(op, ["x", "i"], ["y"])],
+        [vi("x", T.FLOAT, [3, 4]), vi("i", T.INT64, ishape)],
+        [vo("y", T.FLOAT, 2)],
+    )
     sig = declined(m)
     assert sig.rejected.value == "input" and "bounds-check" in sig.detail
 
@@ -247,37 +337,56 @@ def test_runtime_indices_are_declined(op, ishape):
 @pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
 def test_runtime_scatter_indices_are_declined(op):
     ishape, ushape = ([1, 4], [1, 4]) if op == "ScatterElements" else ([1, 1], [1, 4])
-    m = model([h.make_node(op, ["x", "i", "u"], ["y"])],
-              [vi("x", T.FLOAT, [3, 4]), vi("i", T.INT64, ishape), vi("u", T.FLOAT, ushape)], [vo("y", T.FLOAT, 2)])
+    m = model(
+        [h.make_node(op, ["x", "i", "u"], ["y"])],
+        [vi("x", T.FLOAT, [3, 4]), vi("i", T.INT64, ishape), vi("u", T.FLOAT, ushape)],
+        [vo("y", T.FLOAT, 2)],
+    )
     assert "bounds-check" in declined(m).detail
 
 
 def test_constant_gather_indices_in_range_are_accepted():
-    m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 2)],
-              [nh.from_array(np.array([0, 3, -4], np.int64), "i")])
+    m = model(
+        [h.make_node("Gather", ["x", "i"], ["y"], axis=1)],
+        [vi("x", T.FLOAT, [3, 4])],
+        [vo("y", T.FLOAT, 2)],
+        [nh.from_array(np.array([0, 3, -4], np.int64), "i")],
+    )
     runs_like_ort(m, {"x": X34})
 
 
 @pytest.mark.parametrize("values", [[0, 4], [-5]])
 def test_constant_gather_indices_out_of_range_are_declined(values):
-    m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 2)],
-              [nh.from_array(np.array(values, np.int64), "i")])
+    m = model(
+        [h.make_node("Gather", ["x", "i"], ["y"], axis=1)],
+        [vi("x", T.FLOAT, [3, 4])],
+        [vo("y", T.FLOAT, 2)],
+        [nh.from_array(np.array(values, np.int64), "i")],
+    )
     assert "not all within [-4, 4)" in declined(m).detail
 
 
 def test_constant_gathernd_indices_checked_per_component():
     inits = [nh.from_array(np.array([[2, 3]], np.int64), "i")]
-    m = model([h.make_node("GatherND", ["x", "i"], ["y"])], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 1)], inits)
+    m = model(
+        [h.make_node("GatherND", ["x", "i"], ["y"])], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 1)], inits
+    )
     runs_like_ort(m, {"x": X34})
     inits = [nh.from_array(np.array([[3, 0]], np.int64), "i")]
-    m = model([h.make_node("GatherND", ["x", "i"], ["y"])], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 1)], inits)
+    m = model(
+        [h.make_node("GatherND", ["x", "i"], ["y"])], [vi("x", T.FLOAT, [3, 4])], [vo("y", T.FLOAT, 1)], inits
+    )
     declined(m)
 
 
 def test_constant_index_on_a_symbolic_dim_only_first_or_last():
     for values, ok in (([0], True), ([-1], True), ([1], False)):
-        m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=0)], [vi("x", T.FLOAT, ["N", 4])],
-                  [vo("y", T.FLOAT, 2)], [nh.from_array(np.array(values, np.int64), "i")])
+        m = model(
+            [h.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+            [vi("x", T.FLOAT, ["N", 4])],
+            [vo("y", T.FLOAT, 2)],
+            [nh.from_array(np.array(values, np.int64), "i")],
+        )
         if ok:
             check(m)
         else:

@@ -1,12 +1,13 @@
 """TVM EP provider options: min_subgraph_size, op_types_to_exclude, user passes, bad options."""
+
 from __future__ import annotations
 
+import model_zoo
 import pytest
 import tvm
-
-import model_zoo
-import nxrt_tvm as nx
 from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
 
 TVM = nx.EpId("TvmExecutionProvider")
 
@@ -28,7 +29,12 @@ def test_op_types_to_exclude(exclude):
     sess = nx.InferenceSession(model, provider_options=[{"op_types_to_exclude": exclude}, {}])
     declined = {d.op_type for d in sess.plan.declines if d.rejected is nx.Rejected.OPTION}
     assert "MaxPool" in declined
-    assert all(sess.graph.nodes[i].op_type not in declined for p in sess.plan.partitions if p.ep == TVM for i in p.nodes)
+    assert all(
+        sess.graph.nodes[i].op_type not in declined
+        for p in sess.plan.partitions
+        if p.ep == TVM
+        for i in p.nodes
+    )
     feeds = model_zoo.make_inputs("cnn")
     assert_parity(sess.run(None, feeds), ort_run(model, feeds))
 
@@ -42,7 +48,9 @@ def test_user_passes_run_during_lowering():
         return mod
 
     # In process, to see the pass's side effect (an isolated compile runs passes in the forked child).
-    sess = nx.InferenceSession(model_zoo.mlp(), provider_options=[{"passes": [count], "compile_isolation": "none"}, {}])
+    sess = nx.InferenceSession(
+        model_zoo.mlp(), provider_options=[{"passes": [count], "compile_isolation": "none"}, {}]
+    )
     assert seen and len(seen) == sum(p.ep == TVM for p in sess.plan.partitions)
 
 
@@ -66,18 +74,26 @@ def test_cost_policy_declines_a_partition_slower_than_the_fallback():
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w")
+    weight = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w"
+    )
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "mm",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])], [weight],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])],
+        [weight],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     naive = {"schedule_passes": [], "claim_policy": "cost"}
     sess = nx.InferenceSession(model, provider_options=[naive, {}])
     assert [str(p.ep) for p in sess.plan.partitions] == ["CPUExecutionProvider"]
     (decline,) = sess.plan.declines
-    assert decline.rejected is nx.Rejected.PARTITION and "claim_policy='cost'" in decline.detail and " us on TVM" in decline.detail
+    assert (
+        decline.rejected is nx.Rejected.PARTITION
+        and "claim_policy='cost'" in decline.detail
+        and " us on TVM" in decline.detail
+    )
     assert "TVM must be 5% faster, plus one fallback run" in decline.detail
     kept = nx.InferenceSession(model, provider_options=[{"schedule_passes": [], "claim_policy": "all"}, {}])
     assert [str(p.ep) for p in kept.plan.partitions] == ["TvmExecutionProvider"]

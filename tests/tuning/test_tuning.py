@@ -1,5 +1,6 @@
 """Tuning with tiny budgets: a valid per-device database, the default rules as the baseline record, resume,
 device keys, records applied (exact and by anchor op), RPC on loopback."""
+
 from __future__ import annotations
 
 import json
@@ -14,12 +15,12 @@ import time
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
 from nxrt_tvm.lower.pipeline import RULE_KEPT
 from nxrt_tvm.lower.target import make_target
 from nxrt_tvm.tuning import device_key, open_database
-from parity import assert_parity, ort_run
 
 TRIALS = 4
 
@@ -49,7 +50,9 @@ def _record_applied(variant) -> bool:
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     logs = tmp_path_factory.mktemp("tuning_logs")
-    report = nx.tune_model(_matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=logs, progress=False)
+    report = nx.tune_model(
+        _matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=logs, progress=False
+    )
     return logs, report
 
 
@@ -79,11 +82,18 @@ def test_a_searched_record_must_beat_the_rule_by_the_margin(tuned, tmp_path, rat
     searched = next(r for r in source.database.get_all_tuning_records() if is_searched(r.trace))
     rule_s = float(np.mean([float(t) for t in rule.run_secs]))
     directory = tmp_path / report.device_key
-    for folder, record, secs in ((directory, searched, rule_s * ratio), (directory / "default_schedules", rule, rule_s)):
+    for folder, record, secs in (
+        (directory, searched, rule_s * ratio),
+        (directory / "default_schedules", rule, rule_s),
+    ):
         folder.mkdir(parents=True)
-        db = ms.database.JSONDatabase(str(folder / "database_workload.json"), str(folder / "database_tuning_record.json"))
+        db = ms.database.JSONDatabase(
+            str(folder / "database_workload.json"), str(folder / "database_tuning_record.json")
+        )
         workload = db.commit_workload(rule.workload.mod)
-        db.commit_tuning_record(ms.database.TuningRecord(record.trace, workload, [secs], record.target, record.args_info))
+        db.commit_tuning_record(
+            ms.database.TuningRecord(record.trace, workload, [secs], record.target, record.args_info)
+        )
     best = TuningDatabase(directory, report.device_key).best(rule.workload.mod)
     assert best.how == "exact" and is_searched(best.record.trace) == (wins == "searched")
 
@@ -106,7 +116,9 @@ def test_resume_adds_nothing_for_finished_tasks(tuned):
     logs, _ = tuned
     before = (logs / device_key(make_target("llvm")) / "database_tuning_record.json").read_bytes()
     started = time.perf_counter()
-    again = nx.tune_model(_matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=logs, progress=False)
+    again = nx.tune_model(
+        _matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=logs, progress=False
+    )
     assert again.trials == 0 and all(t.skipped for t in again.tasks)
     assert (logs / device_key(make_target("llvm")) / "database_tuning_record.json").read_bytes() == before
     assert time.perf_counter() - started < 60
@@ -122,7 +134,9 @@ def test_resume_after_a_run_killed_mid_task_keeps_its_trials(tuned, tmp_path):
     for entry in state.values():
         entry["trials"] = 0  # as if killed before the task's end was written
     state_path.write_text(json.dumps(state))
-    again = nx.tune_model(_matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=copy, progress=False)
+    again = nx.tune_model(
+        _matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=copy, progress=False
+    )
     assert again.trials == 0 and all(t.skipped for t in again.tasks)
 
 
@@ -141,7 +155,9 @@ def test_a_changed_default_rule_is_measured_again(tuned, tmp_path):
     assert entry["rule_digest"]
     entry["rule_digest"] = "an-older-rule"
     state_path.write_text(json.dumps(state))
-    again = nx.tune_model(_matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=copy, progress=False)
+    again = nx.tune_model(
+        _matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=copy, progress=False
+    )
     assert again.trials == 0
     baseline = copy / report.device_key / "default_schedules" / "database_tuning_record.json"
     assert len(baseline.read_text().splitlines()) == 2
@@ -208,8 +224,15 @@ def test_record_of_the_same_anchor_op_is_transferred(tuned, tmp_path):
     only.mkdir(parents=True)
     kept = TuningDatabase(only, report.device_key)
     for record in searched:
-        kept.database.commit_tuning_record(type(record)(record.trace, kept.database.commit_workload(record.workload.mod),
-                                                        record.run_secs, record.target, record.args_info))
+        kept.database.commit_tuning_record(
+            type(record)(
+                record.trace,
+                kept.database.commit_workload(record.workload.mod),
+                record.run_secs,
+                record.target,
+                record.args_info,
+            )
+        )
     model = _matmul_model("Relu")
     feeds = {"x": np.random.default_rng(2).standard_normal((32, 64)).astype(np.float32)}
     assert _variants_with_logs(model, feeds, only.parent) == ["tuned:anchor"]
@@ -241,20 +264,50 @@ def test_rpc_tuning_on_loopback(tmp_path):
     port = _free_port()
     # Own process groups: the server forks popen workers that outlive a plain terminate().
     tracker = subprocess.Popen(  # loopback only: both would bind 0.0.0.0 unless told
-        [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "tvm.exec.rpc_tracker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--port-end",
+            str(port + 1),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     server = None
     try:
         server = subprocess.Popen(
-            [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--tracker", f"127.0.0.1:{port}",
-             "--key", "nxrt-test", "--custom-addr", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "tvm.exec.rpc_server",
+                "--host",
+                "127.0.0.1",
+                "--tracker",
+                f"127.0.0.1:{port}",
+                "--key",
+                "nxrt-test",
+                "--custom-addr",
+                "127.0.0.1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         _wait_for_server(port, "nxrt-test")
         report = nx.tune_model(
-            _matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=tmp_path, progress=False,
-            rpc_tracker=f"127.0.0.1:{port}", rpc_key="nxrt-test",
+            _matmul_model(),
+            trials=TRIALS,
+            trials_per_iter=TRIALS,
+            log_dir=tmp_path,
+            progress=False,
+            rpc_tracker=f"127.0.0.1:{port}",
+            rpc_key="nxrt-test",
         )
         assert report.trials == TRIALS and report.tasks[0].best_us > 0
     finally:
@@ -309,7 +362,9 @@ def test_searched_record_replays_on_a_kernel_whose_names_differ(tmp_path):
     from nxrt_tvm.tuning.database import TuningDatabase
 
     (task,) = _tasks(_layer_norm_model("x"))
-    assert [task.workload] == [t.workload for t in _tasks(_layer_norm_model("features"))]  # one workload, two names
+    assert [task.workload] == [
+        t.workload for t in _tasks(_layer_norm_model("features"))
+    ]  # one workload, two names
     mod = task.extracted.dispatched[0]
     sch = s_tir.Schedule(mod)
     block = sch.get_sblock("x_sum")
@@ -319,8 +374,15 @@ def test_searched_record_replays_on_a_kernel_whose_names_differ(tmp_path):
     directory = tmp_path / "logs" / device_key(make_target("llvm"))
     directory.mkdir(parents=True)
     db = TuningDatabase(directory, directory.name).database
-    db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), [1e-6], make_target("llvm"),
-                                                     ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
+    db.commit_tuning_record(
+        ms.database.TuningRecord(
+            sch.trace,
+            db.commit_workload(mod),
+            [1e-6],
+            make_target("llvm"),
+            ms.arg_info.ArgInfo.from_prim_func(mod["main"]),
+        )
+    )
     model = _layer_norm_model("features")
     feeds = {"features": np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32)}
     assert _variants_with_logs(model, feeds, directory.parent) == ["tuned"]
@@ -347,5 +409,7 @@ def test_tasks_follow_the_conv_algorithm_compiled_with(tmp_path):
     assert any("winograd" in n for n in auto) and not any("conv2d" in n for n in auto), auto
     assert any("conv2d" in n for n in direct) and not any("winograd" in n for n in direct), direct
     with pytest.raises(nx.InvalidProviderOptions, match="conv_algorithm"):
-        nx.tune_model(_conv3x3_model(), trials=TRIALS, conv_algorithm="fft", log_dir=tmp_path / "logs", progress=False)
+        nx.tune_model(
+            _conv3x3_model(), trials=TRIALS, conv_algorithm="fft", log_dir=tmp_path / "logs", progress=False
+        )
     assert not (tmp_path / "logs").exists()  # bad options fail before anything is written

@@ -19,6 +19,7 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
 fast exp/erf/tanh where the precision policy allows, NHWC convolutions).
 Replace or extend either list through `lowering_passes(..., schedule_passes=...)`.
 """
+
 from __future__ import annotations
 
 import tvm

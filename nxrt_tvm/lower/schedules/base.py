@@ -5,6 +5,7 @@ A rule is a `tvm.s_tir.dlight` `ScheduleRule` whose `schedule` either returns a
 into None, so a rule can never make a build fail: the function keeps TVM's
 default (or the next rule's schedule).
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,7 +18,17 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 from tvm.target.codegen import llvm_get_vector_width
 
-__all__ = ["CpuRule", "ApplySchedules", "schedule_with_rules", "RULE_ATTR", "vector_lanes", "extent_of", "uses_div_mod", "parallel_vectorize", "parallel_outer"]
+__all__ = [
+    "CpuRule",
+    "ApplySchedules",
+    "schedule_with_rules",
+    "RULE_ATTR",
+    "vector_lanes",
+    "extent_of",
+    "uses_div_mod",
+    "parallel_vectorize",
+    "parallel_outer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +59,11 @@ class CpuRule(ScheduleRule):
                 return None
             return self.schedule(sch, blocks, target)
         except Exception as exc:  # noqa: BLE001 - schedule errors, analysis gaps, rule bugs: all keep the default
-            log.debug("schedule rule %s gave up on a function: %s", self.name, str(exc).splitlines()[0] if str(exc) else exc)
+            log.debug(
+                "schedule rule %s gave up on a function: %s",
+                self.name,
+                str(exc).splitlines()[0] if str(exc) else exc,
+            )
             return None
 
 
@@ -56,7 +71,9 @@ def _is_scheduled(func: tirx.PrimFunc) -> bool:
     return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
 
 
-def schedule_with_rules(func: tirx.PrimFunc, target: Target, rules: Sequence[CpuRule]) -> tuple[str, s_tir.Schedule] | None:
+def schedule_with_rules(
+    func: tirx.PrimFunc, target: Target, rules: Sequence[CpuRule]
+) -> tuple[str, s_tir.Schedule] | None:
     """(rule name, schedule) of the first rule that fits `func`, or None.
 
     The schedule is traced, so tuning can measure it and keep it as a candidate record.
@@ -91,7 +108,9 @@ class ApplySchedules:
             found = schedule_with_rules(func, func_target, self.rules)
             if found is not None:
                 rule, sch = found
-                updates[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, rule)
+                updates[gvar] = (
+                    sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, rule)
+                )
         for gvar, func in updates.items():
             mod[gvar] = func
         return mod
@@ -173,6 +192,10 @@ def _div_mod_of(expr, var) -> bool:
     if isinstance(expr, _DIV_MOD):
         if any(v.same_as(var) for v in collect_vars_used_in_prim_expr(expr)):
             return True
-    children = [getattr(expr, name) for name in ("a", "b", "value", "condition", "true_value", "false_value") if hasattr(expr, name)]
+    children = [
+        getattr(expr, name)
+        for name in ("a", "b", "value", "condition", "true_value", "false_value")
+        if hasattr(expr, name)
+    ]
     children += list(getattr(expr, "args", ()))
     return any(isinstance(c, tvm.ir.expr.Expr) and _div_mod_of(c, var) for c in children)

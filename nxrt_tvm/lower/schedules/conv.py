@@ -4,6 +4,7 @@ The padding is its own parallel loop; the register tile is output channels
 (vectorised, contiguous HWIO weight vectors, packed into panels when constant)
 by output pixels of one row, each input value broadcast to all of its channels.
 """
+
 from __future__ import annotations
 
 from .base import CpuRule, vector_lanes

@@ -20,6 +20,7 @@ panel, kept in cache for every row tile, instead of two vectors from rows
 evaluates on the weight, as for MetaSchedule's own layout rewrites: it costs
 nothing at run time.
 """
+
 from __future__ import annotations
 
 from tvm import s_tir, tirx
@@ -130,20 +131,27 @@ def _packable_weight(sch: s_tir.Schedule, shape: ContractionShape) -> tirx.Buffe
     free_buffers = [func.params[int(i)] for i in free]
     stmt = sch.get(shape.block)
     j_var = stmt.iter_vars[shape.spatial - 1].var
-    reduce_vars = [iv.var for iv in stmt.iter_vars[shape.spatial:]]
+    reduce_vars = [iv.var for iv in stmt.iter_vars[shape.spatial :]]
     batch_vars = [iv.var for iv in stmt.iter_vars[: shape.spatial - 1]]
     for region in stmt.reads:
         buffer = region.source
         if not any(buffer.same_as(b) for b in free_buffers):
             continue
         *rows, col = (r.min for r in region.region)
-        row_vars = [r for r in rows if not isinstance(r, tirx.IntImm)]  # constants: unit axes the analysis folded
-        distinct = all(not a.same_as(b) for k, a in enumerate(row_vars) for b in row_vars[k + 1:])
+        row_vars = [
+            r for r in rows if not isinstance(r, tirx.IntImm)
+        ]  # constants: unit axes the analysis folded
+        distinct = all(not a.same_as(b) for k, a in enumerate(row_vars) for b in row_vars[k + 1 :])
         # rows: reduction iterators, after any batch iterators (a batch matmul's constant [B, K, N] weight)
         batch = [r for r in row_vars if any(r.same_as(v) for v in batch_vars)]
-        reduced = row_vars[len(batch):]
-        if (col.same_as(j_var) and reduced and distinct and all(any(r.same_as(v) for v in reduce_vars) for r in reduced)
-                and isinstance(buffer.shape[-1], tirx.IntImm)):
+        reduced = row_vars[len(batch) :]
+        if (
+            col.same_as(j_var)
+            and reduced
+            and distinct
+            and all(any(r.same_as(v) for v in reduce_vars) for r in reduced)
+            and isinstance(buffer.shape[-1], tirx.IntImm)
+        ):
             return buffer
     return None
 
@@ -154,13 +162,23 @@ def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int) -> None:
     packed = sch.cache_read(block, index, "global")
     sch.annotate(packed, LAYOUT_REWRITE, True)
     ndim = len(weight.shape)
-    sch.transform_layout(block, ("read", index), tirx.IndexMap.from_func(
-        lambda *idx: (idx[-1] // tile, *idx[:-1], idx[-1] % tile), ndim=ndim))
+    sch.transform_layout(
+        block,
+        ("read", index),
+        tirx.IndexMap.from_func(lambda *idx: (idx[-1] // tile, *idx[:-1], idx[-1] % tile), ndim=ndim),
+    )
 
 
-def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape, lanes: int,
-                     tile_i: int = TILE_I, vectors_j: int = VECTORS_J, inline_producers: bool = True,
-                     j_major: bool = False) -> s_tir.Schedule:
+def tile_contraction(
+    sch: s_tir.Schedule,
+    blocks: list,
+    shape: ContractionShape,
+    lanes: int,
+    tile_i: int = TILE_I,
+    vectors_j: int = VECTORS_J,
+    inline_producers: bool = True,
+    j_major: bool = False,
+) -> s_tir.Schedule:
     """Apply the register-tiled schedule (see the module docstring); raises on any schedule error.
 
     `inline_producers=False` keeps producers (padding) as their own parallel,
@@ -175,12 +193,12 @@ def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape,
         else:
             parallel_vectorize(sch, info.block_rv, lanes)
     # Epilogue: inline its intermediates, keep the block that writes the output.
-    epilogue = [info.block_rv for info in blocks[shape.block_index + 1:]]
+    epilogue = [info.block_rv for info in blocks[shape.block_index + 1 :]]
     for rv in epilogue[:-1]:
         sch.compute_inline(rv)
 
     loops = sch.get_loops(block)
-    spatial, reduce = list(loops[: shape.spatial]), list(loops[shape.spatial:])
+    spatial, reduce = list(loops[: shape.spatial]), list(loops[shape.spatial :])
     tile_j, vec = pick_j_tile(extent_of(sch, spatial[-1]), lanes, vectors_j)
     if weight is not None and int(weight.shape[-1].value) % tile_j:
         weight = None  # a column tile with a checked tail: the panels would not tile the weight
@@ -204,14 +222,14 @@ def tile_contraction(sch: s_tir.Schedule, blocks: list, shape: ContractionShape,
     if weight is not None:
         tiles = [j_outer, *outer]
     elif j_major and shape.i_axis is not None:
-        tiles = [*outer[: shape.i_axis], j_outer, *outer[shape.i_axis:]]
+        tiles = [*outer[: shape.i_axis], j_outer, *outer[shape.i_axis :]]
     sch.reorder(*tiles, *reduce, *rows, j_vec_outer, j_vec)
 
     write_back = sch.cache_write(block, 0, "local")
     if epilogue:
         sch.reverse_compute_inline(epilogue[-1])
     sch.reverse_compute_at(write_back, tiles[-1], preserve_unit_loops=True)
-    wb_loops = sch.get_loops(write_back)[len(tiles):]
+    wb_loops = sch.get_loops(write_back)[len(tiles) :]
     if wb_loops:
         sch.vectorize(sch.split(wb_loops[-1], factors=[None, vec])[-1])
 

@@ -6,6 +6,7 @@ parallel and vectorises the innermost one. Loops are never all fused into one
 through a division or modulo (Tile, reshapes) stays scalar: TVM 0.27's AVX-512
 codegen has been seen to miscompile those gathers once vectorised.
 """
+
 from __future__ import annotations
 
 from tvm import s_tir

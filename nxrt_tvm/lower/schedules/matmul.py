@@ -2,6 +2,7 @@
 
 A constant ``B`` is packed into column panels at compile time (see `core`).
 """
+
 from __future__ import annotations
 
 from .base import CpuRule, vector_lanes

@@ -17,9 +17,10 @@
   layer norm): dlight's CPU `Reduction` rule (rows in parallel, elementwise
   blocks vectorised), guarded like every rule here.
 """
+
 from __future__ import annotations
 
-from tvm import s_tir, tirx
+from tvm import tirx
 from tvm.s_tir.dlight.cpu import Reduction as _DlightReduction
 
 from .base import CpuRule, extent_of, parallel_outer, parallel_vectorize, vector_lanes
@@ -42,7 +43,7 @@ class Pooling(CpuRule):
             sch.compute_inline(info.block_rv)
         block = shape.block
         loops = sch.get_loops(block)
-        spatial, reduce = list(loops[: shape.spatial]), list(loops[shape.spatial:])
+        spatial, reduce = list(loops[: shape.spatial]), list(loops[shape.spatial :])
         extent = extent_of(sch, spatial[-1])
         _, vec = pick_j_tile(extent, lanes, 1)
         j_outer, j_vec = sch.split(spatial[-1], factors=[None, vec])
@@ -51,7 +52,7 @@ class Pooling(CpuRule):
         sch.vectorize(j_vec)
         init = sch.decompose_reduction(block, reduce[0])
         sch.vectorize(sch.get_loops(init)[-1])
-        epilogue = [info.block_rv for info in blocks[shape.block_index + 1:]]
+        epilogue = [info.block_rv for info in blocks[shape.block_index + 1 :]]
         for rv in epilogue[:-1]:
             sch.compute_inline(rv)
         if epilogue:
@@ -97,8 +98,12 @@ class RowReduction(CpuRule):
                     per_row.add(name)
                 elif info.dom_kind() != kinds or doms[:-1] != rows:  # per row, or per element
                     return None
-            elif (info.dom_kind() != "S" * len(rows) + "R" or doms[:-1] != rows or doms[-1] % lanes
-                  or len(sch.get(info.block_rv).writes) != 1):
+            elif (
+                info.dom_kind() != "S" * len(rows) + "R"
+                or doms[:-1] != rows
+                or doms[-1] % lanes
+                or len(sch.get(info.block_rv).writes) != 1
+            ):
                 return None
         for info in blocks[:-1]:
             # one consumer: inlined; more (softmax's exp, read by its sum and its normalisation): computed once per row

@@ -11,6 +11,7 @@ ones fold away, leaving a few vector FMAs per loaded channel vector:
   accumulators over the ``alpha x alpha`` products, with the bias, activation and
   residual after the convolution inlined into the write-back.
 """
+
 from __future__ import annotations
 
 from tvm import s_tir
@@ -76,8 +77,9 @@ class Winograd(CpuRule):
         return _register_tile(sch, block, write_back, [*batch, th, tw, ko], [eps, nu, ym, zm], ki, eps, lanes)
 
 
-def _register_tile(sch: s_tir.Schedule, block, write_back, parallel: list, unrolled: list, vector, first_reduce,
-                   lanes: int) -> s_tir.Schedule:
+def _register_tile(
+    sch: s_tir.Schedule, block, write_back, parallel: list, unrolled: list, vector, first_reduce, lanes: int
+) -> s_tir.Schedule:
     """The loops of a transform once its accumulators sit in registers: outer tiles in parallel, the transform
     unrolled (so its coefficients fold), channels vectorised in the tile, its init and its write-back."""
     sch.vectorize(sch.split(sch.get_loops(write_back)[-1], factors=[None, lanes])[-1])
