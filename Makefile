@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test
+.PHONY: setup demo lint test
 $(BIN)/nxrt-tvm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -15,5 +15,10 @@ setup: $(BIN)/nxrt-tvm
 demo: setup
 	$(BIN)/nxrt-tvm run --check
 
-test: setup
+lint: setup
+	$(BIN)/ruff check nxrt_tvm tests benchmarks tools
+	$(BIN)/ruff format --check nxrt_tvm tests benchmarks tools
+	$(BIN)/lint-imports
+
+test: lint
 	$(BIN)/python -m pytest -q

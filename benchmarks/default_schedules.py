@@ -99,7 +99,8 @@ def main(argv=None) -> int:
     rows = [measure(name, args.repeat, threads, args.skip_naive) for name in (args.only or BENCH)]
 
     print(
-        f"\nthreads: {threads} (onnxruntime intra-op = TVM_NUM_THREADS); median of 5 interleaved rounds of {args.repeat} runs\n"
+        f"\nthreads: {threads} (onnxruntime intra-op = TVM_NUM_THREADS); "
+        f"median of 5 interleaved rounds of {args.repeat} runs\n"
     )
     print(
         "| model | onnxruntime ms | TVM default ms (x ORT) | default schedules ms (x ORT) "
@@ -109,9 +110,12 @@ def main(argv=None) -> int:
     for r in rows:
         naive = "skipped" if math.isnan(r["naive"]) else f"{r['naive']:.2f} ({r['naive'] / r['ort']:.1f}x)"
         print(
-            f"| {BENCH[r['name']]} | {r['ort']:.2f} | {naive} | {r['rules']:.2f} ({r['rules'] / r['ort']:.2f}x) "
-            f"| {r['cost']:.2f} ({r['cost'] / r['ort']:.2f}x) | {r['rules_tvm_nodes']} / {r['cost_tvm_nodes']} "
-            f"| {max(r['rules_err'], r['cost_err']):.1e} | {r['rules_build_s']:.1f} / {r['cost_build_s']:.1f} |"
+            f"| {BENCH[r['name']]} | {r['ort']:.2f} | {naive} "
+            f"| {r['rules']:.2f} ({r['rules'] / r['ort']:.2f}x) "
+            f"| {r['cost']:.2f} ({r['cost'] / r['ort']:.2f}x) "
+            f"| {r['rules_tvm_nodes']} / {r['cost_tvm_nodes']} "
+            f"| {max(r['rules_err'], r['cost_err']):.1e} "
+            f"| {r['rules_build_s']:.1f} / {r['cost_build_s']:.1f} |"
         )
     for key, label in (("rules", "default schedules"), ("cost", "claim_policy=cost")):
         ratios = [r[key] / r["ort"] for r in rows]
@@ -126,7 +130,8 @@ def main(argv=None) -> int:
         rules, ort_rate = flops / gemm["rules"] * 1e3, flops / gemm["ort"] * 1e3
         print(
             f"GEMM 1024^3: default schedules {rules:.0f} GFLOP/s ({rules / peak:.0%} of peak), onnxruntime "
-            f"{ort_rate:.0f} GFLOP/s ({ort_rate / peak:.0%}); measured fp32 peak {peak:.0f} GFLOP/s on {threads} threads"
+            f"{ort_rate:.0f} GFLOP/s ({ort_rate / peak:.0%}); measured "
+            f"fp32 peak {peak:.0f} GFLOP/s on {threads} threads"
         )
     return 0
 

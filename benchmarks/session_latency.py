@@ -81,13 +81,16 @@ def main() -> None:
         print(f"{name}: done", file=sys.stderr)
     print(f"threads: {threads}, repeat: {args.repeat}, TVM untuned (default schedules)")
     print(
-        "| model | nodes | TVM nodes | TVM / CPU partitions | declines | max abs diff | ready (s) | nxrt-tvm (ms) | onnxruntime (ms) | ratio |"
+        "| model | nodes | TVM nodes | TVM / CPU partitions | declines "
+        "| max abs diff | ready (s) | nxrt-tvm (ms) | onnxruntime (ms) | ratio |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['model']} | {r['nodes']} | {r['tvm_nodes']} | {r['tvm_partitions']} / {r['cpu_partitions']} | {r['declines']} "
-            f"| {r['max_abs_diff']:.2e} | {r['ready_s']:.2f} | {r['nxrt_ms']:.3f} | {r['ort_ms']:.3f} | {r['ratio']:.1f}x |"
+            f"| {r['model']} | {r['nodes']} | {r['tvm_nodes']} "
+            f"| {r['tvm_partitions']} / {r['cpu_partitions']} | {r['declines']} "
+            f"| {r['max_abs_diff']:.2e} | {r['ready_s']:.2f} "
+            f"| {r['nxrt_ms']:.3f} | {r['ort_ms']:.3f} | {r['ratio']:.1f}x |"
         )
     if args.json:
         args.json.write_text(json.dumps({"threads": threads, "rows": rows}, indent=2))

@@ -1,4 +1,5 @@
-"""Untuned vs tuned vs onnxruntime, same threads, in one run; GEMM GFLOP/s against the CPU's measured fp32 peak.
+"""Untuned vs tuned vs onnxruntime, same threads, in one
+run; GEMM GFLOP/s against the CPU's measured fp32 peak.
 
     python benchmarks/tuning.py [--log-dir tuning_logs] [--models mlp gemm ...] [--repeat 30] [--json OUT]
                                 [--tune TRIALS [--time-budget S]]
@@ -87,11 +88,13 @@ def main() -> None:
     state_path = args.log_dir / key / "nxrt_tuning_state.json"
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
     print(
-        f"device key {key}: {len(state)} workloads, {sum(v.get('trials', 0) for v in state.values())} trials recorded; "
+        f"device key {key}: {len(state)} workloads, "
+        f"{sum(v.get('trials', 0) for v in state.values())} trials recorded; "
         f"{threads} threads"
     )
     print(
-        "| model | onnxruntime (ms) | untuned (ms) | tuned (ms) | untuned / ORT | tuned / ORT | tuned / untuned "
+        "| model | onnxruntime (ms) | untuned (ms) | tuned (ms) "
+        "| untuned / ORT | tuned / ORT | tuned / untuned "
         "| kernels: searched / anchor / rule kept / untuned |"
     )
     print("|---|---|---|---|---|---|---|---|")
@@ -118,14 +121,16 @@ def main() -> None:
             f"| {name} | {row['ort_ms']:.3f} | {row['untuned_ms']:.3f} | {row['tuned_ms']:.3f} "
             f"| {row['untuned_ms'] / row['ort_ms']:.2f}x | {row['tuned_ms'] / row['ort_ms']:.2f}x "
             f"| {row['tuned_ms'] / row['untuned_ms']:.2f}x "
-            f"| {k.get('tuned', 0)} / {k.get('tuned:anchor', 0)} / {k.get('rule-best', 0)} / {k.get('untuned', 0)} |"
+            f"| {k.get('tuned', 0)} / {k.get('tuned:anchor', 0)} "
+            f"/ {k.get('rule-best', 0)} / {k.get('untuned', 0)} |"
         )
         if name == "gemm":
             peak = fp32_peak_gflops(threads)
             gflop = 2 * 1024**3 / 1e9
             row["peak_gflops"] = peak
             print(
-                f"|  GEMM GFLOP/s | {gflop / row['ort_ms'] * 1e3:.0f} | {gflop / row['untuned_ms'] * 1e3:.0f} "
+                f"|  GEMM GFLOP/s | {gflop / row['ort_ms'] * 1e3:.0f} "
+                f"| {gflop / row['untuned_ms'] * 1e3:.0f} "
                 f"| {gflop / row['tuned_ms'] * 1e3:.0f} | measured fp32 peak {peak:.0f} "
                 f"| tuned {gflop / row['tuned_ms'] * 1e3 / peak:.0%} of peak | | |"
             )

@@ -55,7 +55,8 @@ class NxrtBackendRep(BackendRep):
                 inputs = [inputs]
             if len(inputs) > len(self._input_names):
                 raise InvalidFeed(
-                    f"{len(inputs)} inputs given, but the model takes {len(self._input_names)}: {self._input_names}"
+                    f"{len(inputs)} inputs given, but the model takes "
+                    f"{len(self._input_names)}: {self._input_names}"
                 )
             feeds = dict(zip(self._input_names, inputs))
         outputs = self.session.run(None, feeds)

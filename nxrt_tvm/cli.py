@@ -162,7 +162,8 @@ def _size_sets(args: argparse.Namespace) -> list[dict[str, int]]:
 def _compare(
     got: list[np.ndarray], want: list[np.ndarray], names: list[str], rtol: float, atol: float
 ) -> dict:
-    """Per output: the largest |difference|, the worst error relative to the output's scale, and whether it is close."""
+    """Per output: the largest |difference|, the worst error
+    relative to the output's scale, and whether it is close."""
     diffs = {}
     for name, g, w in zip(names, got, want):
         if g.shape != w.shape:
@@ -282,13 +283,15 @@ def _print_run(sess: InferenceSession, report: dict, args: argparse.Namespace) -
                 print(f"check at {at}, {name}: MISMATCH: {d['detail']}")
                 continue
             print(
-                f"check at {at}, {name}: worst relative error {d['max_rel_err']:.3g} (max |diff| {d['max_abs_diff']:.3g}) "
+                f"check at {at}, {name}: worst relative error "
+                f"{d['max_rel_err']:.3g} (max |diff| {d['max_abs_diff']:.3g}) "
                 f"-> {'ok' if d['ok'] else 'MISMATCH'} (rtol {args.rtol}, atol {args.atol})"
             )
     if "latency_ms" in report:
         lat = report["latency_ms"]
         print(
-            f"latency (median of {lat['repeat']}, {lat['threads']} threads): nxrt-tvm {lat['nxrt_tvm']:.3f} ms, "
+            f"latency (median of {lat['repeat']}, {lat['threads']} "
+            f"threads): nxrt-tvm {lat['nxrt_tvm']:.3f} ms, "
             f"onnxruntime {lat['onnxruntime']:.3f} ms, ratio {lat['ratio']:.2f}x"
         )
 
@@ -321,7 +324,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     else:
         print(
             f"wrote {report.output}: {report.compiled_partitions} EPContext partitions, "
-            f"{summary['fallback_partitions']} fallback partitions, {report.bytes_written} bytes in {len(report.files)} file(s), "
+            f"{summary['fallback_partitions']} fallback partitions, "
+            f"{report.bytes_written} bytes in {len(report.files)} file(s), "
             f"{report.seconds:.2f} s"
         )
     return 0
@@ -371,7 +375,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"device key {report.device_key}: {len(rows)} tasks, {report.trials} trials in {report.seconds:.0f} s -> {report.directory}"
+            f"device key {report.device_key}: {len(rows)} tasks, {report.trials} "
+            f"trials in {report.seconds:.0f} s -> {report.directory}"
         )
         for r in rows:
             best = "-" if r["best_us"] is None else f"{r['best_us']:.1f} us"
@@ -380,7 +385,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 " (done before)" if r["resumed"] else ""
             )
             print(
-                f"  {r['task']:<60} x{r['weight']:<3} trials {r['total_trials']:>4}  best {best}{default}{note}"
+                f"  {r['task']:<60} x{r['weight']:<3} trials "
+                f"{r['total_trials']:>4}  best {best}{default}{note}"
             )
     return 0
 
@@ -414,7 +420,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(
-            f"{model}: nxrt-tvm {report['nxrt_tvm_ms']:.3f} ms, onnxruntime {report['onnxruntime_ms']:.3f} ms, "
+            f"{model}: nxrt-tvm {report['nxrt_tvm_ms']:.3f} ms, "
+            f"onnxruntime {report['onnxruntime_ms']:.3f} ms, "
             f"ratio {report['ratio']:.2f}x ({threads} threads, median of {args.repeat})"
         )
         print("kernels: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))

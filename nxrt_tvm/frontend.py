@@ -50,7 +50,14 @@ GUARD_MARKER = "nxrt-index-guard"
 _GUARD_SOURCE = """
 @T.prim_func(private=True, s_tir=True)
 def guard(a: T.handle, e: T.handle, b: T.handle):
-    T.func_attr({{"tirx.noalias": True, "op_pattern": 8, "tirx.is_scheduled": True, "nxrt.schedule_rule": "IndexGuard"}})
+    T.func_attr(
+        {{
+            "tirx.noalias": True,
+            "op_pattern": 8,
+            "tirx.is_scheduled": True,
+            "nxrt.schedule_rule": "IndexGuard",
+        }}
+    )
     m = T.int64()
     k = T.int64()
     A = T.match_buffer(a, (m, k), "{dtype}")
@@ -83,7 +90,8 @@ def _shown(dims: list) -> str:
 
 
 def _guard(bb: relax.BlockBuilder, indices: relax.Expr, extents: list, node: tuple[str, str]) -> relax.Expr:
-    """`indices` (last axis of length len(extents) when several dims are indexed) checked and made non-negative."""
+    """`indices` (last axis of length len(extents) when
+    several dims are indexed) checked and made non-negative."""
     dtype = indices.ty.dtype.dtype
     shape = _dims(indices)
     k = len(extents)
@@ -93,7 +101,10 @@ def _guard(bb: relax.BlockBuilder, indices: relax.Expr, extents: list, node: tup
         bounds = bb.normalize(relax.op.astype(bounds, dtype))
     op, name = node
     index_input = _NODE_INPUTS.get(name, ["", "?"])[1]
-    message = f"{GUARD_MARKER}: {op} node {name!r}: an index in {index_input!r} is outside [-n, n) of the data dims n = {_shown(extents)}"
+    message = (
+        f"{GUARD_MARKER}: {op} node {name!r}: an index in {index_input!r} "
+        f"is outside [-n, n) of the data dims n = {_shown(extents)}"
+    )
     gv = bb.add_func(_guard_func(dtype, message), "nxrt_index_guard")
     checked = bb.normalize(relax.call_tir(gv, (flat, bounds), relax.TensorType(_dims(flat), dtype)))
     target = relax.ShapeExpr(shape) if shape is not None else relax.op.shape_of(indices)
@@ -154,7 +165,8 @@ def _guarded_nd(base: type, op: str) -> type:
             if _needs_guard(indices):
                 if not dims or not index_dims or not isinstance(index_dims[-1], tirx.IntImm):
                     raise ValueError(
-                        f"{_describe(op, attr)}: the index guard needs the data's rank and a static last dim of the indices"
+                        f"{_describe(op, attr)}: the index guard needs the "
+                        "data's rank and a static last dim of the indices"
                     )
                 start = int(attr.get("batch_dims", 0))
                 extents = dims[start : start + int(index_dims[-1])]

@@ -143,7 +143,8 @@ class InferenceSession:
     def _context_partitions(
         self, contexts: ResolvedContexts
     ) -> tuple[list[SubgraphClaim], dict[str, Kernel]]:
-        """Partitions fixed before any EP claims: loaded EPContext nodes, and source restored for the fallback."""
+        """Partitions fixed before any EP claims: loaded
+        EPContext nodes, and source restored for the fallback."""
         graph = self._graph
         index = {node.name: i for i, node in enumerate(graph.nodes)}
         fixed: list[SubgraphClaim] = []
@@ -248,23 +249,27 @@ class InferenceSession:
             view = TensorView(value)
             if info.dtype is not None and view.dtype != info.dtype:
                 raise InputTypeMismatch(
-                    f"input {name!r}: expected element type {info.dtype} ({_node_arg(info).type}), got {view.dtype}; "
+                    f"input {name!r}: expected element type {info.dtype} "
+                    f"({_node_arg(info).type}), got {view.dtype}; "
                     f"convert with .astype(np.{info.dtype})"
                 )
             if info.shape is not None:
                 if len(view.shape) != len(info.shape):
                     raise InputShapeMismatch(
-                        f"input {name!r}: expected rank {len(info.shape)} {list(info.shape)}, got shape {list(view.shape)}"
+                        f"input {name!r}: expected rank {len(info.shape)} "
+                        f"{list(info.shape)}, got shape {list(view.shape)}"
                     )
                 for axis, (want, got) in enumerate(zip(info.shape, view.shape)):
                     if isinstance(want, int) and want != got:
                         raise InputShapeMismatch(
-                            f"input {name!r}: dimension {axis} must be {want}, got {got} (shape {list(view.shape)})"
+                            f"input {name!r}: dimension {axis} must be "
+                            f"{want}, got {got} (shape {list(view.shape)})"
                         )
                     if isinstance(want, str):
                         if bound.setdefault(want, got) != got:
                             raise InputShapeMismatch(
-                                f"input {name!r}: dimension {axis} ({want!r}) is {got}, but {want!r} was {bound[want]} in another input"
+                                f"input {name!r}: dimension {axis} ({want!r}) is {got}, "
+                                f"but {want!r} was {bound[want]} in another input"
                             )
             views[name] = view
         return views
@@ -278,7 +283,8 @@ class InferenceSession:
         bad = [n for n in wanted if n not in self._graph.output_names]
         if bad:
             raise InvalidFeed(
-                f"unknown output name(s) {bad}; the model's outputs are {[o.name for o in self._graph.outputs]}"
+                f"unknown output name(s) {bad}; the model's outputs "
+                f"are {[o.name for o in self._graph.outputs]}"
             )
         env: dict[str, TensorView] = dict(self._validate(input_feed))
         for kernel, release in zip(self._kernels, self._release_after):

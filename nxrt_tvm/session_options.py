@@ -15,8 +15,12 @@ CONFIG_KEYS = {
     "ep.context_enable": "'1': after compiling, write the model with EPContext nodes",
     "ep.context_file_path": "where to write it (default: MODEL_ctx.onnx beside the model)",
     "ep.context_embed_mode": "'1' (default): blobs inside the model; '0': blob files beside it",
-    "session.disable_model_compile": "'1': any compile is an error (deploy precompiled EPContext models only)",
-    "nxrt.context_on_mismatch": "'error' (default), 'recompile' or 'fallback' for blobs this host cannot load",
+    "session.disable_model_compile": (
+        "'1': any compile is an error (deploy precompiled EPContext models only)"
+    ),
+    "nxrt.context_on_mismatch": (
+        "'error' (default), 'recompile' or 'fallback' for blobs this host cannot load"
+    ),
 }
 
 _ON_MISMATCH = ("error", "recompile", "fallback")
@@ -30,7 +34,8 @@ class SessionOptions:
         self._free_dims: dict[str, int] = {}
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
-        """Fix a symbolic input dim (e.g. ``batch``) to a size, as onnxruntime does: static shapes let TVM claim more."""
+        """Fix a symbolic input dim (e.g. ``batch``) to a size,
+        as onnxruntime does: static shapes let TVM claim more."""
         if int(dim_value) < 0:
             raise InvalidProviderOptions(f"free dimension {dim_name!r} must be >= 0, got {dim_value}")
         self._free_dims[str(dim_name)] = int(dim_value)

@@ -42,7 +42,8 @@ def interleaved_medians(
     warmup: int = 1,
     budget_s: float | None = None,
 ) -> dict[str, float]:
-    """Per name, the median over `rounds` of its median of `repeat` calls; the rounds alternate between the names.
+    """Per name, the median over `rounds` of its median of
+    `repeat` calls; the rounds alternate between the names.
 
     With `budget_s`, each round of each name gets an equal share of it (see `median_seconds`).
     """

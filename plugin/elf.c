@@ -1,5 +1,5 @@
 /* Structural checks of a blob's shared library before dlopen sees it: the same checks as
- * nxrt_tvm/epcontext/elf.py. sha256 in notes proves the bytes are the recorded ones, not that the record
+ * nxrt_tvm/runtime/elf.py. sha256 in notes proves the bytes are the recorded ones, not that the record
  * is honest; dlopen trusts ELF headers, and a segment past the end of the file (SIGBUS) or an empty dynamic
  * section (SIGSEGV) would kill onnxruntime's process. Not an authentication. */
 #include <stdint.h>

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# Our own bugs fail loudly here: an exception in nxrt's passes or rules raises InternalError
+# (normal use logs a warning and keeps a decline or TVM's default schedule). Child processes inherit it.
+os.environ["NXRT_TVM_STRICT"] = "1"
 
 sys.path.insert(0, str(Path(__file__).parent))  # model_zoo and parity live beside the tests
 

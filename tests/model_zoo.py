@@ -50,7 +50,8 @@ def _model(graph: onnx.GraphProto, opset: int = OPSET, extra_opsets=()) -> onnx.
 
 
 def cnn(seed: int = 0) -> onnx.ModelProto:
-    """x [1,3,32,32] -> Conv+bias -> Relu -> MaxPool -> Conv -> BN -> Relu -> GAP -> Flatten -> Gemm -> logits [1,10]."""
+    """x [1,3,32,32] -> Conv+bias -> Relu -> MaxPool -> Conv
+    -> BN -> Relu -> GAP -> Flatten -> Gemm -> logits [1,10]."""
     rng = np.random.default_rng(seed)
     inits = [
         _init("conv1.weight", _f32(rng.standard_normal((8, 3, 3, 3)) * 0.3)),
@@ -96,7 +97,8 @@ def cnn(seed: int = 0) -> onnx.ModelProto:
 
 
 def mlp(batch="N", seed: int = 1) -> onnx.ModelProto:
-    """x [batch,64] -> MatMul+Add -> Relu -> MatMul+Add -> Gelu(Erf) -> MatMul+Add -> Softmax -> probs [batch,10]."""
+    """x [batch,64] -> MatMul+Add -> Relu -> MatMul+Add ->
+    Gelu(Erf) -> MatMul+Add -> Softmax -> probs [batch,10]."""
     rng = np.random.default_rng(seed)
     inits = [
         _init("fc1.weight", _f32(rng.standard_normal((64, 128)) / 8.0)),
@@ -132,7 +134,8 @@ def mlp(batch="N", seed: int = 1) -> onnx.ModelProto:
 
 
 def attention_block(seq: int = 16, hidden: int = 64, heads: int = 4, seed: int = 2) -> onnx.ModelProto:
-    """Self-attention + output projection + residual + LayerNormalization: x [1,seq,hidden] -> y [1,seq,hidden]."""
+    """Self-attention + output projection + residual +
+    LayerNormalization: x [1,seq,hidden] -> y [1,seq,hidden]."""
     if hidden % heads:
         raise ValueError("hidden must be divisible by heads")
     hd = hidden // heads
@@ -200,7 +203,8 @@ def cycle_trap() -> onnx.ModelProto:
 
 
 def unsupported_op(seed: int = 3) -> onnx.ModelProto:
-    """x [2,3,3] -> Mul 2 -> Det [2] (not in TVM's frontend) -> Unsqueeze(axis 1) [2,1] -> Add const -> y [2,1]."""
+    """x [2,3,3] -> Mul 2 -> Det [2] (not in TVM's frontend)
+    -> Unsqueeze(axis 1) [2,1] -> Add const -> y [2,1]."""
     rng = np.random.default_rng(seed)
     inits = [
         _init("two", _f32(2.0)),

@@ -67,7 +67,8 @@ def test_run_check_at_several_sizes_reports_the_worst_relative_error(capsys, tmp
 
 
 def test_run_check_agrees_when_both_runtimes_refuse_a_size(capsys):
-    """torch_encoder at batch 0: onnxruntime refuses it (a Reshape of the empty batch), and so does nxrt-tvm."""
+    """torch_encoder at batch 0: onnxruntime refuses it
+    (a Reshape of the empty batch), and so does nxrt-tvm."""
     from parity import DATA
 
     assert (
@@ -115,7 +116,8 @@ def test_bench_reports_ratio_and_kernel_variants(capsys, tmp_path):
 
 
 def test_kernel_variants_are_reported_per_partition_by_name(capsys, tmp_path):
-    """A partition whose outputs nothing uses has no kernel: it must not shift the variants onto the wrong partition."""
+    """A partition whose outputs nothing uses has no kernel:
+    it must not shift the variants onto the wrong partition."""
     from onnx import TensorProto, helper
 
     nodes = [

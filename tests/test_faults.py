@@ -1,31 +1,61 @@
 """Fault matrix: what a user can feed nxrt-tvm must give a typed error or the right answer, never a crash.
 
-Each row is a test here, or the named test elsewhere (not repeated):
+Each row is a test here, or the named test elsewhere (not repeated): fault -> expected, then the test.
 
-| fault                                              | expected                                   | test |
-|----------------------------------------------------|--------------------------------------------|------|
-| feed dtype float64 / int32 / bool / object         | InputTypeMismatch, session still usable    | test_bad_feed_is_typed_and_harmless[dtype-*] |
-| feed rank / fixed dim / empty dim wrong            | InputShapeMismatch, session still usable   | test_bad_feed_is_typed_and_harmless[rank,dim,empty] |
-| feed name missing / extra                          | MissingInput / UnknownInput                | test_bad_feed_is_typed_and_harmless[missing,extra] |
-| feed not an array (str, None), feeds not a dict    | InputTypeMismatch / InvalidFeed            | test_bad_feed_is_typed_and_harmless[str,none,list-feeds] |
-| unknown output name                                | InvalidFeed                                | test_bad_feed_is_typed_and_harmless[output] |
-| ragged nested list                                 | InputTypeMismatch                          | test_ragged_list_feed_is_typed |
-| non-contiguous, negative-stride, Fortran, broadcast (0-stride, read-only), read-only, misaligned arrays | same result as a contiguous copy | test_array_layouts_give_the_same_result |
-| corrupt / truncated / swapped external blob        | ContextIntegrityError                      | tests/epcontext/test_refusals.py::test_corrupt_blob, test_truncated_blob, test_swapped_blobs |
-| other TVM / format version, other target, CPU features, unsafe or missing path, unknown source | typed ContextRejected / NoEpForContext | tests/epcontext/test_refusals.py |
-| corrupt entry in the compile cache                 | dropped and rebuilt                        | tests/epcontext/test_compile_cache.py::test_corrupt_entry_is_dropped_and_rebuilt |
-| two processes compiling into one cache dir         | one entry, same results                    | tests/epcontext/test_compile_cache.py::test_two_processes_compile_into_one_cache |
-| corrupt embedded blob                              | ContextIntegrityError                      | test_corrupt_embedded_blob |
-| forged blob (garbage / truncated / zeroed ELF, sha256/size updated) | ContextIntegrityError before dlopen (ELF checks) | test_forged_blob (subprocess, then in-process) |
-| not ONNX: garbage / text / truncated bytes, missing file, a folder, None | InvalidModel            | test_not_onnx_is_invalid_model |
-| fails the checker: unknown op, dangling input, cycle, two producers, no opset, future IR, empty op type | InvalidModel | test_checker_failure_is_invalid_model |
-| declared output type contradicts inference         | InvalidModel, as onnxruntime refuses it    | test_output_type_contradicting_inference_is_refused |
-| TVM crashes (SIGSEGV / SIGABRT) while compiling a partition | the process lives: the node is declined with the signal, the rest compiles | test_compiler_crash_is_a_decline_not_a_dead_process |
-| 8 threads x 100 runs on one session (TVM + fallback) | identical results                        | test_threads_share_one_session |
-| Gather/GatherND/GatherElements/ScatterND/ScatterElements index out of range, fed at run time | typed error, process survives | test_out_of_range_indices_fed_at_run_time_raise (subprocess) |
-| the same, in a TVM kernel (index guard), and indices computed from shapes past a table | IndexOutOfBounds naming node, indices and the bad index | tests/test_frontend.py::test_run_time_indices_are_guarded, test_indices_computed_from_shapes_are_bounds_checked |
-| a Slice whose run-time end passes the data (a position table, a too-long sequence) | clamped as onnxruntime does | tests/test_frontend.py::test_slice_with_a_symbolic_end_past_the_data_is_clamped |
-| exports fed too-long (65, 128, 4096), zero-size (batch 0, seq 0) and ordinary sizes (1..512) | onnxruntime's numbers, or a typed error where it refuses; never a signal | tests/test_exports.py (subprocess per export) |
+- feed dtype float64 / int32 / bool / object -> InputTypeMismatch, session still usable
+  test: test_bad_feed_is_typed_and_harmless[dtype-*]
+- feed rank / fixed dim / empty dim wrong -> InputShapeMismatch, session still usable
+  test: test_bad_feed_is_typed_and_harmless[rank,dim,empty]
+- feed name missing / extra -> MissingInput / UnknownInput
+  test: test_bad_feed_is_typed_and_harmless[missing,extra]
+- feed not an array (str, None), feeds not a dict -> InputTypeMismatch / InvalidFeed
+  test: test_bad_feed_is_typed_and_harmless[str,none,list-feeds]
+- unknown output name -> InvalidFeed
+  test: test_bad_feed_is_typed_and_harmless[output]
+- ragged nested list -> InputTypeMismatch
+  test: test_ragged_list_feed_is_typed
+- non-contiguous, negative-stride, Fortran, broadcast (0-stride, read-only), read-only, misaligned arrays
+  -> same result as a contiguous copy
+  test: test_array_layouts_give_the_same_result
+- corrupt / truncated / swapped external blob -> ContextIntegrityError
+  test: tests/epcontext/test_refusals.py::test_corrupt_blob, test_truncated_blob, test_swapped_blobs
+- other TVM / format version, other target, CPU features, unsafe or missing path, unknown source
+  -> typed ContextRejected / NoEpForContext
+  test: tests/epcontext/test_refusals.py
+- corrupt entry in the compile cache -> dropped and rebuilt
+  test: tests/epcontext/test_compile_cache.py::test_corrupt_entry_is_dropped_and_rebuilt
+- two processes compiling into one cache dir -> one entry, same results
+  test: tests/epcontext/test_compile_cache.py::test_two_processes_compile_into_one_cache
+- corrupt embedded blob -> ContextIntegrityError
+  test: test_corrupt_embedded_blob
+- forged blob (garbage / truncated / zeroed ELF, sha256/size updated)
+  -> ContextIntegrityError before dlopen (ELF checks)
+  test: test_forged_blob (subprocess, then in-process)
+- not ONNX: garbage / text / truncated bytes, missing file, a folder, None -> InvalidModel
+  test: test_not_onnx_is_invalid_model
+- fails the checker: unknown op, dangling input, cycle, two producers, no opset, future IR, empty op type
+  -> InvalidModel
+  test: test_checker_failure_is_invalid_model
+- declared output type contradicts inference -> InvalidModel, as onnxruntime refuses it
+  test: test_output_type_contradicting_inference_is_refused
+- TVM crashes (SIGSEGV / SIGABRT) while compiling a partition
+  -> the process lives: the node is declined with the signal, the rest compiles
+  test: test_compiler_crash_is_a_decline_not_a_dead_process
+- 8 threads x 100 runs on one session (TVM + fallback) -> identical results
+  test: test_threads_share_one_session
+- Gather/GatherND/GatherElements/ScatterND/ScatterElements index out of range, fed at run time
+  -> typed error, process survives
+  test: test_out_of_range_indices_fed_at_run_time_raise (subprocess)
+- the same, in a TVM kernel (index guard), and indices computed from shapes past a table
+  -> IndexOutOfBounds naming node, indices and the bad index
+  test: tests/test_frontend.py::test_run_time_indices_are_guarded,
+    test_indices_computed_from_shapes_are_bounds_checked
+- a Slice whose run-time end passes the data (a position table, a too-long sequence)
+  -> clamped as onnxruntime does
+  test: tests/test_frontend.py::test_slice_with_a_symbolic_end_past_the_data_is_clamped
+- exports fed too-long (65, 128, 4096), zero-size (batch 0, seq 0) and ordinary sizes (1..512)
+  -> onnxruntime's numbers, or a typed error where it refuses; never a signal
+  test: tests/test_exports.py (subprocess per export)
 """
 
 from __future__ import annotations
@@ -235,7 +265,8 @@ def test_checker_failure_is_invalid_model(case):
 
 
 def test_output_type_contradicting_inference_is_refused():
-    """A float Add declared int64: refused at load, as onnxruntime does (not computed and returned as int64)."""
+    """A float Add declared int64: refused at load, as
+    onnxruntime does (not computed and returned as int64)."""
     graph = h.make_graph(
         [h.make_node("Add", ["x", "x"], ["y"])],
         "g",
@@ -271,7 +302,8 @@ def embedded(tmp_path_factory) -> Path:
 
 
 def _forge(path: Path, out: Path, mode: str) -> None:
-    """Rewrite the first EPContext blob of `path` into `out`; sha256/size in notes follow unless `mode` is flip."""
+    """Rewrite the first EPContext blob of `path` into `out`;
+    sha256/size in notes follow unless `mode` is flip."""
     model = onnx.load(path)
     node = next(n for n in model.graph.node if is_ep_context(n))
     attrs = {a.name: a for a in node.attribute}
@@ -325,7 +357,8 @@ def _load_in_child(path: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("mode", ["garbage", "truncated", "zeroed"])
 def test_forged_blob(embedded, tmp_path, mode):
-    """sha256/size rewritten with the blob: refused by the ELF checks before dlopen (which would SIGBUS/SIGSEGV)."""
+    """sha256/size rewritten with the blob: refused by the
+    ELF checks before dlopen (which would SIGBUS/SIGSEGV)."""
     out = tmp_path / f"{mode}.onnx"
     _forge(embedded, out, mode)
     proc = _load_in_child(out)
@@ -372,7 +405,8 @@ def _chain_model():
 
 @pytest.mark.parametrize("how,signal", [("segv", "SIGSEGV"), ("abort", "SIGABRT")])
 def test_compiler_crash_is_a_decline_not_a_dead_process(how, signal):
-    """Compilation runs in a forked child: the crash is bisected to the node, declined with the signal, the rest runs."""
+    """Compilation runs in a forked child: the crash is bisected
+    to the node, declined with the signal, the rest runs."""
     model = _chain_model()
     sess = nx.InferenceSession(model, provider_options=[{"passes": [_crash_on_tanh(how)]}, {}])
     declines = [d for d in sess.plan.declines if d.node == sess.graph.nodes[1].name]
@@ -436,17 +470,22 @@ _OOB_CHILD = textwrap.dedent("""
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     u = np.ones((1, 3), np.float32)
     cases = {{
-        "Gather": (h.make_node("Gather", ["x", "i"], ["y"], axis=0), [2], [2, 3], np.array([0, 3]), np.array([0, BIG]), None),
-        "Gather-small": (h.make_node("Gather", ["x", "i"], ["y"], axis=0), [2], [2, 3], np.array([0, -4]), np.array([0, 4]), None),
+        "Gather": (h.make_node("Gather", ["x", "i"], ["y"], axis=0), [2], [2, 3],
+                   np.array([0, 3]), np.array([0, BIG]), None),
+        "Gather-small": (h.make_node("Gather", ["x", "i"], ["y"], axis=0), [2], [2, 3],
+                         np.array([0, -4]), np.array([0, 4]), None),
         "GatherElements": (h.make_node("GatherElements", ["x", "i"], ["y"], axis=0), [1, 3], [1, 3],
                            np.array([[0, 1, 2]]), np.array([[0, BIG, 2]]), None),
-        "GatherND": (h.make_node("GatherND", ["x", "i"], ["y"]), [2, 1], [2, 3], np.array([[0], [3]]), np.array([[0], [BIG]]), None),
+        "GatherND": (h.make_node("GatherND", ["x", "i"], ["y"]), [2, 1], [2, 3],
+                     np.array([[0], [3]]), np.array([[0], [BIG]]), None),
         "ScatterElements": (h.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=0), [1, 3], [4, 3],
                             np.array([[0, 1, 2]]), np.array([[0, BIG, 2]]), u),
-        "ScatterND": (h.make_node("ScatterND", ["x", "i", "u"], ["y"]), [1, 1], [4, 3], np.array([[1]]), np.array([[7]]), u),
+        "ScatterND": (h.make_node("ScatterND", ["x", "i", "u"], ["y"]), [1, 1], [4, 3],
+                      np.array([[1]]), np.array([[7]]), u),
     }}
     for name, (node, ishape, oshape, good, bad, upd) in cases.items():
-        inputs = [h.make_tensor_value_info("x", T.FLOAT, [4, 3]), h.make_tensor_value_info("i", T.INT64, ishape)]
+        inputs = [h.make_tensor_value_info("x", T.FLOAT, [4, 3]),
+                  h.make_tensor_value_info("i", T.INT64, ishape)]
         if upd is not None:
             inputs.append(h.make_tensor_value_info("u", T.FLOAT, list(upd.shape)))
         graph = h.make_graph([node, h.make_node("Relu", ["y"], ["z"])], "g", inputs,
@@ -466,7 +505,8 @@ _OOB_CHILD = textwrap.dedent("""
 
 
 def test_out_of_range_indices_fed_at_run_time_raise():
-    """TVM does not bounds-check indices (2**40 segfaults it): the claim rules keep run-time indices on onnxruntime.
+    """TVM does not bounds-check indices (2**40 segfaults it):
+    the claim rules keep run-time indices on onnxruntime.
 
     Runs in a child process so that a regression crashes the child, not the test run.
     """

@@ -20,8 +20,8 @@ from nxrt_tvm.api.tensor import TensorView
 from nxrt_tvm.frontend import convert_map, import_onnx, parse_guard_failure
 from nxrt_tvm.graph.model import ValueInfo
 from nxrt_tvm.lower.build import build_executable
-from nxrt_tvm.lower.kernel import TvmKernel
 from nxrt_tvm.lower.target import make_target
+from nxrt_tvm.runtime.kernel import TvmKernel
 
 TVM = "TvmExecutionProvider"
 TABLE = np.arange(64, dtype=np.int64)[None]  # a position-id buffer, as BERT exports carry

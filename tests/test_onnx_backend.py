@@ -10,14 +10,14 @@ alone (`onnxruntime.backend`):
 - it matches a `KNOWN_GAPS` pattern: xfail with the reason and the file that must change
   (these are session/extraction/kernel bugs outside the claim rules, each reported);
 - otherwise the test fails: a claim that TVM could not compile or that computed a wrong
-  result is a claim-check bug to fix in `nxrt_tvm/partition/tvm_rules*.py`.
+  result is a claim-check bug to fix in `nxrt_tvm/partition/tvm_rules/`.
 
 Cost: the full run is ~18 min on 2 cores (480 `*_expanded` cases and the light
 models build large TVM partitions), so by default a deterministic subset runs: every
 non-expanded node / simple / pytorch case whose name hashes (crc32) to 0 mod 4 (~370
 cases), plus SqueezeNet, about a minute. The rest is marked `slow`; the whole suite:
-``python -m pytest tests/test_onnx_backend.py -m "slow or not slow" -k test_backend_case``. ``NXRT_BACKEND_REPORT=path.json``
-writes the per-case outcomes and counts.
+``python -m pytest tests/test_onnx_backend.py -m "slow or not slow" -k test_backend_case``.
+``NXRT_BACKEND_REPORT=path.json`` writes the per-case outcomes and counts.
 
 Measured on the full suite (onnx 1.23.2, onnxruntime 1.32, TVM 0.27, 2 cores, 2033 CPU cases, one process;
 each partition compiled in a forked child, so a TVM crash would be a decline, not a lost run):
@@ -75,8 +75,11 @@ DEFAULT_MODELS = {"test_squeezenet_cpu"}
 
 #: Failures onnxruntime does not have, caused outside the claim rules: pattern -> (reason, owner).
 KNOWN_GAPS: dict[str, str] = {
-    r"^test_attention_4d_causal_fp16_expanded_cpu$": "float16 chain (mask Add, scale Mul/Div around a fallback Softmax) off by 2 float16 ulps (rtol 1e-3): "
-    "TVM rounds fused float16 intermediates differently; no single op is the culprit (bisected)",
+    r"^test_attention_4d_causal_fp16_expanded_cpu$": (
+        "float16 chain (mask Add, scale Mul/Div around a fallback Softmax) off by 2 float16 ulps "
+        "(rtol 1e-3): TVM rounds fused float16 intermediates differently; no single op is the culprit "
+        "(bisected)"
+    ),
 }
 
 #: Failures recognised by their message, whatever the case (also only where onnxruntime passes).
@@ -174,7 +177,8 @@ def _profile_tool():
 
 
 def test_support_profile_checks_are_current():
-    """docs/support_profile.json's `checks` (per-node claim checks) match the code: regenerate when rules change."""
+    """docs/support_profile.json's `checks` (per-node claim
+    checks) match the code: regenerate when rules change."""
     tool = _profile_tool()
     stored = json.loads(tool.PROFILE.read_text())
     fresh = json.loads(json.dumps(tool.compute_checks()))
@@ -206,7 +210,8 @@ def test_support_profile_claims_are_current():
     tool = _profile_tool()
     stored = json.loads(tool.PROFILE.read_text())
     assert stored["claims"] == json.loads(json.dumps(tool.compute_claims(progress=False))), (
-        "claims after builds changed: run `python tools/support_profile.py` and commit docs/support_profile.json"
+        "claims after builds changed: run `python "
+        "tools/support_profile.py` and commit docs/support_profile.json"
     )
 
 

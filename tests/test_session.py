@@ -136,7 +136,8 @@ def test_intermediates_are_released_after_last_use():
 
 
 def test_fallback_spins_only_where_it_runs_alone():
-    """onnxruntime's pool spins between runs: kept where it runs the whole plan, off where TVM kernels run between."""
+    """onnxruntime's pool spins between runs: kept where it
+    runs the whole plan, off where TVM kernels run between."""
 
     def spinning(sess):
         return next(p for p in sess._providers if p.ep_id == "CPUExecutionProvider").spinning

@@ -138,7 +138,8 @@ def export(out_dir: pathlib.Path, dynamo: bool = False) -> pathlib.Path:
 
 
 def _transformers(what: str):
-    """`transformers`, offline (HF_HUB_OFFLINE=1: nothing is downloaded), or None (said) when it is missing."""
+    """`transformers`, offline (HF_HUB_OFFLINE=1: nothing
+    is downloaded), or None (said) when it is missing."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import transformers

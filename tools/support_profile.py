@@ -9,8 +9,8 @@ declined, and why (decline kind and detail, counted).
 
 Two sections, two costs:
 
-- ``checks``: per-node capability checks only (`TvmExecutionProvider.check_node`:
-  domain, converter, opset, dtypes and the op rules in `partition/tvm_rules*.py`).
+- ``checks``: per-node capability checks only (`partition.tvm_rules.check_node`:
+  domain, converter, opset, dtypes and the op rules in `partition/tvm_rules/`).
   No TVM build; ~15 s. `tests/test_onnx_backend.py::test_support_profile_checks_are_current`
   recomputes it in the default test run, so any change to a rule that is not
   regenerated fails there.
@@ -31,7 +31,8 @@ for it run on any x86-64 host (nothing built here is executed).
 
     python tools/support_profile.py                 # both sections -> docs/support_profile.json
     python tools/support_profile.py --checks-only   # recompute checks, keep the stored claims
-    python tools/support_profile.py --sample-only   # recompute checks and the claims sample, keep the full claims
+    python tools/support_profile.py --sample-only   # recompute checks and the claims sample, keep the
+                                                    # full claims
     python tools/support_profile.py --check         # exit 1 if the checks section is stale
 """
 
@@ -224,7 +225,8 @@ def compute_claims(workers: int = 2, timeout: float = 600.0, progress: bool | No
 def claim_cases(
     names: list[str] | None = None, workers: int = 2, timeout: float = 600.0, progress: bool | None = None
 ) -> dict[str, dict]:
-    """`claim()` per case (all when `names` is None); a worker that dies or overruns `timeout` is replaced and the case recorded."""
+    """`claim()` per case (all when `names` is None); a worker that
+    dies or overruns `timeout` is replaced and the case recorded."""
     if progress is None:
         progress = sys.stderr.isatty()
     ctx = mp.get_context("fork")
@@ -288,11 +290,17 @@ def versions() -> dict:
 
 def build_profile(checks: dict, claims: dict | None, sample: dict | None) -> dict:
     return {
-        "about": "TVM EP claims over onnx's backend node cases; regenerate with `python tools/support_profile.py`",
+        "about": (
+            "TVM EP claims over onnx's backend node cases; regenerate with `python tools/support_profile.py`"
+        ),
         "versions": versions(),
-        "checks_method": "TvmExecutionProvider.check_node per node (capability checks and op rules, no build)",
-        "claims_method": "TvmExecutionProvider(target=REFERENCE_TARGET).claim(graph) per case (checks, grouping, and "
-        f"a TVM build of every partition), REFERENCE_TARGET = {json.dumps(REFERENCE_TARGET)}",
+        "checks_method": (
+            "TvmExecutionProvider.check_node per node (capability checks and op rules, no build)"
+        ),
+        "claims_method": (
+            "TvmExecutionProvider(target=REFERENCE_TARGET).claim(graph) per case (checks, grouping, "
+            f"and a TVM build of every partition), REFERENCE_TARGET = {json.dumps(REFERENCE_TARGET)}"
+        ),
         "claims": claims,
         "claims_sample": sample,
         "checks": checks,

@@ -70,7 +70,8 @@ class Decline:
 
     def __str__(self) -> str:
         text = (
-            f"{self.ep} declined node {self.node!r} ({self.domain or 'ai.onnx'}::{self.op_type}, opset {self.opset}): "
+            f"{self.ep} declined node {self.node!r} "
+            f"({self.domain or 'ai.onnx'}::{self.op_type}, opset {self.opset}): "
             f"{self.rejected.value} rejected: {self.detail}; accepts: {self.accepts}"
         )
         return text + (f"; fix: {self.remediation}" if self.remediation else "")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 __all__ = [
     "EpError",
+    "InternalError",
     "NoEpForOp",
     "KernelFailed",
     "IndexOutOfBounds",
@@ -119,6 +120,11 @@ class DuplicateContextSource(EpError):
 
 class CompileFailed(EpError):
     """Compiling a claimed partition failed: a claim-check bug unless the cause is environmental."""
+
+
+class InternalError(EpError):
+    """A bug in nxrt-tvm's own passes or schedule rules: raised in strict mode (`NXRT_TVM_STRICT=1`, as the
+    test suite runs), logged as a warning otherwise. Please report it with the model."""
 
 
 class InvalidModel(EpError):

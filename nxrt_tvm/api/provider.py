@@ -3,18 +3,36 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import onnx
 
 from .claim import ClaimResult, SubgraphClaim
 from .device import DeviceId, EpId
 from .errors import UnsupportedContext
 from .kernel import Kernel
 
-if TYPE_CHECKING:  # the graph view lives outside the contract package
-    from ..graph.model import GraphView
+__all__ = ["ExecutionProvider", "Graph"]
 
-__all__ = ["ExecutionProvider"]
+
+@runtime_checkable
+class Graph(Protocol):
+    """What an EP reads of the model it claims from: nodes in topological order, indexed as in claims.
+
+    `nxrt_tvm.graph.GraphView` implements it; the contract names only what every EP may rely on.
+    """
+
+    nodes: Sequence[onnx.NodeProto]
+    initializers: Mapping[str, onnx.TensorProto]
+    producer: Mapping[str, int]  #: value name -> index of the node that computes it
+    consumers: Mapping[str, Sequence[int]]  #: value name -> indices of the nodes that read it
+
+    def opset_of(self, index: int) -> int: ...
+
+    def boundary(self, nodes: Iterable[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Values a node set reads from outside (initializers excluded) and values it must export."""
+        ...
 
 
 class ExecutionProvider(abc.ABC):
@@ -25,7 +43,7 @@ class ExecutionProvider(abc.ABC):
     device: DeviceId
 
     @abc.abstractmethod
-    def claim(self, graph: "GraphView", taken: Sequence[Collection[int]] = ()) -> ClaimResult:
+    def claim(self, graph: Graph, taken: Sequence[Collection[int]] = ()) -> ClaimResult:
         """Claim whole subgraphs among the nodes not in `taken` (claims of earlier EPs).
 
         Claims must be acyclic when fused together with `taken`; every node seen
@@ -33,7 +51,7 @@ class ExecutionProvider(abc.ABC):
         """
 
     @abc.abstractmethod
-    def compile(self, graph: "GraphView", claim: SubgraphClaim) -> Kernel:
+    def compile(self, graph: Graph, claim: SubgraphClaim) -> Kernel:
         """Build the kernel for one claim; runs once per session, never on the hot path."""
 
     def save_context(self, kernel: Kernel) -> Any:

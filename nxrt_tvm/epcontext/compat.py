@@ -10,72 +10,20 @@ was built for another target kind, or when it needs hardware this host lacks
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 
 import tvm
 
 from ..api.errors import ContextIntegrityError, ContextTargetMismatch, ContextVersionMismatch
-from ..lower.target import host_arch, host_cpu
-from .elf import elf_problem
+from ..lower.target import cpu_features, host_arch, host_cpu, requires_hardware
+from ..runtime.elf import elf_problem
 from .record import FORMAT_VERSION, EpContext, sha256_hex
 
-__all__ = ["hardware_of", "check_loadable"]
+__all__ = ["check_loadable"]
 
 _RECOMPILE = (
     "recompile it on this host (`nxrt-tvm compile MODEL -o OUT`), or open it with the session config "
     "nxrt.context_on_mismatch='recompile' (or 'fallback')"
 )
-
-#: LLVM "features" that tune code generation rather than require hardware (the plugin's cpu.c keeps the same list).
-_TUNING_HINTS = frozenset(
-    {
-        "64bit-mode",
-        "allow-light-256-bit",
-        "branchfusion",
-        "macrofusion",
-        "idivq-to-divl",
-        "idivl-to-divb",
-        "sbb-dep-breaking",
-        "nopl",
-        "fsrm",
-        "ermsb",
-        "lea-sp",
-        "lea-uses-ag",
-        "pad-short-functions",
-        "use-glm-div-sqrt-costs",
-        "use-slm-arith-costs",
-        "branch-hint",
-        "harden-sls-ijmp",
-        "harden-sls-ret",
-        "retpoline",
-        "retpoline-external-thunk",
-        "retpoline-indirect-branches",
-        "retpoline-indirect-calls",
-        "lvi-cfi",
-        "lvi-load-hardening",
-        "seses",
-        "inline-asm-use-gpr32",
-    }
-)
-_TUNING_PREFIXES = ("fast-", "slow-", "tuning-", "prefer-", "false-deps-", "avoid-", "no-bypass-delay")
-
-
-def _requires_hardware(feature: str) -> bool:
-    return feature not in _TUNING_HINTS and not feature.startswith(_TUNING_PREFIXES)
-
-
-@lru_cache(maxsize=None)
-def _cpu_features(mcpu: str) -> frozenset[str]:
-    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
-    return frozenset(str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target))
-
-
-def hardware_of(target: tvm.target.Target) -> tuple[str, tuple[str, ...]]:
-    """`hardware_architecture` text and the CPU features code built for `target` may use."""
-    if target.kind.name == "cuda":
-        return f"cuda/{target.attrs['arch']}", ()
-    mcpu = str(target.attrs.get("mcpu", "generic"))
-    return f"{host_arch()}/{mcpu}", tuple(sorted(_cpu_features(mcpu)))
 
 
 def check_loadable(ctx: EpContext, target: tvm.target.Target) -> None:
@@ -136,12 +84,15 @@ def _check_cpu(name: str, ctx: EpContext) -> None:
     arch = ctx.hardware_architecture.split("/", 1)[0]
     if arch != host_arch():
         raise ContextTargetMismatch(name, f"built for {arch} CPUs, this host is {host_arch()}", _RECOMPILE)
-    missing = sorted(f for f in set(ctx.cpu_features) - _cpu_features(host_cpu()) if _requires_hardware(f))
+    missing = sorted(f for f in set(ctx.cpu_features) - cpu_features(host_cpu()) if requires_hardware(f))
     if missing:
         shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
         raise ContextTargetMismatch(
             name,
-            f"built for {ctx.hardware_architecture}, it needs CPU features this host ({host_cpu()}) lacks: {shown}",
+            (
+                f"built for {ctx.hardware_architecture}, it needs CPU "
+                f"features this host ({host_cpu()}) lacks: {shown}"
+            ),
             _RECOMPILE,
         )
 

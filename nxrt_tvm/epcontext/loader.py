@@ -44,7 +44,8 @@ def source_nodes(model: onnx.ModelProto, partition: str) -> list[onnx.NodeProto]
 
 
 def restore_sources(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A plain ONNX model: every EPContext node replaced by its source subgraph (e.g. to run it in onnxruntime)."""
+    """A plain ONNX model: every EPContext node replaced by
+    its source subgraph (e.g. to run it in onnxruntime)."""
     restored = onnx.ModelProto.FromString(model.SerializeToString())
     nodes: list[onnx.NodeProto] = []
     for node in restored.graph.node:

@@ -22,7 +22,8 @@ def extract_model(
     input_infos: dict[str, ValueInfo] | None = None,
     exclude_initializers: Sequence[str] = (),
 ) -> onnx.ModelProto:
-    """A model with `nodes` (in graph order), `inputs`/`outputs` as its interface and the initializers it reads.
+    """A model with `nodes` (in graph order), `inputs`/`outputs`
+    as its interface and the initializers it reads.
 
     `input_infos` overrides the declared type of boundary inputs (used to give
     unknown dims a name so compilers treat them as symbolic); initializers in

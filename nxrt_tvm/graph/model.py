@@ -249,7 +249,8 @@ def _topological_order(nodes: list[onnx.NodeProto], implicit: list[set[str]]) ->
             if out:
                 if out in producer:
                     raise InvalidModel(
-                        f"value {out!r} is produced by two nodes ({nodes[producer[out]].name!r} and {node.name!r})"
+                        f"value {out!r} is produced by two nodes "
+                        f"({nodes[producer[out]].name!r} and {node.name!r})"
                     )
                 producer[out] = i
     deps = [
@@ -368,7 +369,8 @@ def analyse(model: onnx.ModelProto, *, check: bool = True) -> GraphView:
     return GraphView(model)
 
 
-#: onnx's message when a declared element type contradicts the one a node produces (ORT refuses such models too)
+#: onnx's message when a declared element type contradicts
+#: the one a node produces (ORT refuses such models too)
 _TYPE_CONFLICT = "Inferred elem type differs from existing elem type"
 
 

@@ -20,6 +20,7 @@ from ..frontend import import_onnx
 from ..graph.extract import extract_model
 from ..graph.model import GraphView, ValueInfo
 from .pipeline import Lowering, lowering_pipeline
+from .strict import take_failure
 from .tir_pipeline import tir_pipeline_for
 
 __all__ = [
@@ -142,6 +143,9 @@ def build_executable(
             tir_pipeline=tir_pipeline_for(target),
         )
     except Exception as exc:
+        bug = take_failure()  # our pass or rule failed in strict mode: a bug, not a decline
+        if bug is not None:
+            raise bug from exc
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CompileFailed(f"TVM could not build for {target.kind.name}: {message}") from exc
 

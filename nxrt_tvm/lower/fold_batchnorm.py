@@ -19,6 +19,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
 
+from .strict import own_pass
+
 __all__ = ["FoldBatchNormIntoConv"]
 
 
@@ -28,7 +30,8 @@ def _array(expr: relax.Expr) -> np.ndarray:
 
 @relax.transform.function_pass(opt_level=0, name="nxrt_tvm.FoldBatchNormIntoConv")
 class FoldBatchNormIntoConv:
-    """``batch_norm(conv2d(x, W) [+ b])[0]`` -> ``conv2d(x, W') + b'`` for float32 NCHW/OIHW, inference mode."""
+    """``batch_norm(conv2d(x, W) [+ b])[0]`` ->
+    ``conv2d(x, W') + b'`` for float32 NCHW/OIHW, inference mode."""
 
     def __init__(self) -> None:
         self.data = wildcard()
@@ -41,6 +44,7 @@ class FoldBatchNormIntoConv:
         self.norm = is_op("relax.nn.batch_norm")(self.conv_bias | self.conv, *self.stats)
         self.pattern = TupleGetItemPattern(self.norm, 0)
 
+    @own_pass
     def transform_function(self, func: relax.Function, _mod: tvm.IRModule, _ctx) -> relax.Function:
         if func.attrs is not None and "Primitive" in func.attrs and int(func.attrs["Primitive"]) != 0:
             return func

@@ -26,10 +26,11 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda
 
 from ..api.kernel import KernelVariant
-from ..tuning.database import SEARCHED_MARGIN, TUNING_ATTR, ApplyTuningRecords, TuningDatabase
 from . import schedules
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
+from .strict import own_pass
+from .tuned import SEARCHED_MARGIN, TUNING_ATTR, ApplyTuningRecords, TuningDatabase
 
 __all__ = [
     "codegen_digest",
@@ -69,7 +70,13 @@ class Lowering:
 
 
 #: the source that decides what code a partition compiles to: the frontend's converters and all of `lower/`
-_CODEGEN_SOURCES = (Path(__file__).parents[1] / "frontend.py", Path(__file__).parent)
+#: what makes kernels: the converters, this package (passes,
+#: rules, pipelines, tuning-record replay), the linker
+_CODEGEN_SOURCES = (
+    Path(__file__).parents[1] / "frontend.py",
+    Path(__file__).parent,
+    Path(__file__).parents[1] / "runtime" / "artifact.py",
+)
 
 
 @functools.cache
@@ -123,7 +130,8 @@ def layout_passes(target: tvm.target.Target) -> tuple[list[tvm.transform.Pass], 
 
 
 def _rewrites_layout(func: tvm.tirx.PrimFunc) -> bool:
-    """Whether a block of `func` carries the layout-rewrite mark (a func without blocks, an extern scan, has none)."""
+    """Whether a block of `func` carries the layout-rewrite
+    mark (a func without blocks, an extern scan, has none)."""
     if not isinstance(func.body, s_tir.SBlockRealize):
         return False
     sch = s_tir.Schedule(func)
@@ -145,6 +153,7 @@ def _split_layout_rewrites() -> tvm.transform.Pass:
     """
 
     @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.SplitLayoutRewrites")
+    @own_pass
     def split(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         rewriting = False
         updates = {}
@@ -170,7 +179,8 @@ def _split_layout_rewrites() -> tvm.transform.Pass:
 
 
 def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) -> list[tvm.transform.Pass]:
-    """Up to FuseTIR (and layout-free marks): the kernels here are the workloads tuning records are keyed on."""
+    """Up to FuseTIR (and layout-free marks): the kernels
+    here are the workloads tuning records are keyed on."""
     backend = _backend(target)
     pre_legalize, _ = schedule_phase(target, lowering.schedule_passes, lowering.conv_algorithm)
     mark_layout_free, _ = layout_passes(target)
@@ -210,6 +220,7 @@ def _record(variants: list[KernelVariant]) -> tvm.transform.Pass:
     """A pass that notes, per kernel, which implementation the schedule phase gave it."""
 
     @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.record_variants")
+    @own_pass
     def record(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         variants.clear()
         for gv, func in mod.functions.items():

@@ -33,6 +33,8 @@ import tvm
 from tvm import relax, topi
 from tvm.relax import PyExprMutator, expr_functor
 
+from .strict import own_pass
+
 __all__ = ["APPROXIMATIONS", "Approximation", "PreciseFastMath", "exact_vars"]
 
 
@@ -87,7 +89,8 @@ _FAST = {
 
 #: ops whose float result is discrete all the same
 _ROUNDING = frozenset({"relax.floor", "relax.ceil", "relax.round", "relax.sign", "relax.trunc"})
-#: quantisation: a rounding whose result only reaches these (through `_QPARAM_PATH`) is a quantisation parameter
+#: quantisation: a rounding whose result only reaches these
+#: (through `_QPARAM_PATH`) is a quantisation parameter
 _QUANTIZE = frozenset({"relax.quantize", "relax.dequantize"})
 _QPARAM_PATH = frozenset({"relax.astype", "relax.clip", "relax.round", *_QUANTIZE})
 
@@ -173,6 +176,12 @@ def exact_vars(func: relax.Function) -> set[relax.Var]:
     return exact
 
 
+def _known_shape(expr: relax.Expr) -> bool:
+    """`call_te` (the fast ops are TE) needs a shape expression; a tensor of known rank only stays exact."""
+    ty = expr.ty
+    return isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr)
+
+
 @expr_functor.mutator
 class _Approximate(PyExprMutator):
     def __init__(self, mod: tvm.IRModule) -> None:
@@ -188,6 +197,7 @@ class _Approximate(PyExprMutator):
         if (
             isinstance(call.op, tvm.ir.Op)
             and call.op.name in _FAST
+            and _known_shape(call.args[0])
             and self._binding is not None
             and self._binding not in self.exact
         ):
@@ -199,6 +209,7 @@ class _Approximate(PyExprMutator):
 class PreciseFastMath:
     """`FastMathTransform`, except on values that reach a discrete consumer (see the module doc)."""
 
+    @own_pass
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         mutator = _Approximate(mod)
         for gv, func in mod.functions_items():

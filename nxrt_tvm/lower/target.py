@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import lru_cache
 from typing import Any
 
 import tvm
@@ -11,7 +12,17 @@ import tvm
 from ..api.device import DeviceId, DeviceType
 from ..api.errors import InvalidProviderOptions
 
-__all__ = ["make_target", "target_device", "tvm_device", "host_cpu", "host_arch", "runtime_threads"]
+__all__ = [
+    "make_target",
+    "target_device",
+    "tvm_device",
+    "host_cpu",
+    "host_arch",
+    "runtime_threads",
+    "hardware_of",
+    "cpu_features",
+    "requires_hardware",
+]
 
 TargetSpec = str | dict[str, Any] | tvm.target.Target
 
@@ -79,3 +90,58 @@ def target_device(target: tvm.target.Target) -> DeviceId:
 
 def tvm_device(device: DeviceId) -> tvm.runtime.Device:
     return tvm.cuda(device.ordinal) if device.type is DeviceType.CUDA else tvm.cpu(device.ordinal)
+
+
+#: LLVM "features" that tune code generation rather than
+#: require hardware (the plugin's cpu.c keeps the same list).
+_TUNING_HINTS = frozenset(
+    {
+        "64bit-mode",
+        "allow-light-256-bit",
+        "branchfusion",
+        "macrofusion",
+        "idivq-to-divl",
+        "idivl-to-divb",
+        "sbb-dep-breaking",
+        "nopl",
+        "fsrm",
+        "ermsb",
+        "lea-sp",
+        "lea-uses-ag",
+        "pad-short-functions",
+        "use-glm-div-sqrt-costs",
+        "use-slm-arith-costs",
+        "branch-hint",
+        "harden-sls-ijmp",
+        "harden-sls-ret",
+        "retpoline",
+        "retpoline-external-thunk",
+        "retpoline-indirect-branches",
+        "retpoline-indirect-calls",
+        "lvi-cfi",
+        "lvi-load-hardening",
+        "seses",
+        "inline-asm-use-gpr32",
+    }
+)
+_TUNING_PREFIXES = ("fast-", "slow-", "tuning-", "prefer-", "false-deps-", "avoid-", "no-bypass-delay")
+
+
+def requires_hardware(feature: str) -> bool:
+    """Whether code built with LLVM feature `feature` needs it in the hardware (not a tuning hint)."""
+    return feature not in _TUNING_HINTS and not feature.startswith(_TUNING_PREFIXES)
+
+
+@lru_cache(maxsize=None)
+def cpu_features(mcpu: str) -> frozenset[str]:
+    """The ISA features LLVM enables for `mcpu`."""
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    return frozenset(str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target))
+
+
+def hardware_of(target: tvm.target.Target) -> tuple[str, tuple[str, ...]]:
+    """`hardware_architecture` text and the CPU features code built for `target` may use."""
+    if target.kind.name == "cuda":
+        return f"cuda/{target.attrs['arch']}", ()
+    mcpu = str(target.attrs.get("mcpu", "generic"))
+    return f"{host_arch()}/{mcpu}", tuple(sorted(cpu_features(mcpu)))

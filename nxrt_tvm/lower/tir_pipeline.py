@@ -25,6 +25,8 @@ from tvm import tirx
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
+from .strict import own_pass
+
 __all__ = [
     "CPU_TIR_PIPELINE",
     "STACK_LIMIT_BYTES",
@@ -37,7 +39,8 @@ __all__ = [
 #: name of the CPU pipeline in TVM's TIR pipeline registry (`tvm.compile(..., tir_pipeline=...)` takes names)
 CPU_TIR_PIPELINE = "nxrt_tvm.cpu"
 
-#: the largest scratch buffer put on the stack (register tiles are under 2 KB; 16 KB leaves room for tuned tiles)
+#: the largest scratch buffer put on the stack (register
+#: tiles are under 2 KB; 16 KB leaves room for tuned tiles)
 STACK_LIMIT_BYTES = 16 * 1024
 
 #: what of this pipeline shapes measured times: tuning measures its baselines again when it changes
@@ -71,6 +74,7 @@ def _on_stack(alloc: tirx.AllocBuffer) -> tirx.AllocBuffer:
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="nxrt_tvm.StackAllocateSmallBuffers")
+@own_pass
 def StackAllocateSmallBuffers(
     func: tirx.PrimFunc, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext
 ) -> tirx.PrimFunc:

@@ -31,6 +31,8 @@ from tvm import relax, te, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
+from .strict import own_pass
+
 __all__ = ["WinogradConv2D", "INPUT_BLOCK", "OUTPUT_BLOCK", "PAD_BLOCK", "winograd_tile"]
 
 #: TE stage names the `Winograd` schedule rule recognises its kernels by
@@ -43,7 +45,8 @@ MIN_CHANNELS = 16
 
 
 def winograd_tile(height: int, width: int) -> int | None:
-    """Output tile edge for an ``height x width`` output map: 4 (F(4x4, 3x3)) on maps of 12 and more, else None.
+    """Output tile edge for an ``height x width`` output
+    map: 4 (F(4x4, 3x3)) on maps of 12 and more, else None.
 
     Small maps keep the direct convolution: a 7x7 map has 4 tiles of 4 (or 16 of 2), too
     few rows for the 36 (16) matmuls to run well, and the transformed weights, 4x (1.8x)
@@ -54,7 +57,8 @@ def winograd_tile(height: int, width: int) -> int | None:
 
 
 def _matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(A, B, G) of F(m x m, 3 x 3) in float64: ``A`` (alpha x m), ``B`` (alpha x alpha), ``G`` (alpha x 3)."""
+    """(A, B, G) of F(m x m, 3 x 3) in float64: ``A``
+    (alpha x m), ``B`` (alpha x alpha), ``G`` (alpha x 3)."""
     return _cook_toom_convolution(_interpolation_points(m + 1), m, 3)
 
 
@@ -71,7 +75,8 @@ def _const(matrix: np.ndarray, row, col, dtype: str) -> tirx.PrimExpr:
 
 
 def _input_transform(x: te.Tensor, m: int, pad: tuple[int, int, int, int]) -> te.Tensor:
-    """``V[eps * alpha + nu, p, c] = sum B[r1, eps] B[r2, nu] d[p][r1, r2, c]`` over zero-padded input tiles."""
+    """``V[eps * alpha + nu, p, c] = sum B[r1, eps] B[r2, nu] d[p][r1, r2, c]``
+    over zero-padded input tiles."""
     n, h, w, c = (int(v) for v in x.shape)
     top, left, bottom, right = pad
     alpha = m + 2
@@ -124,7 +129,8 @@ def _output_transform(mm: te.Tensor, m: int, n: int, h: int, w: int) -> te.Tenso
 
 
 def transform_weight(weight: np.ndarray, m: int) -> np.ndarray:
-    """HWIO 3x3 weights -> ``U[eps * alpha + nu, c, k] = (G g G^T)[eps, nu]`` (float64 math, stored as the weight's dtype)."""
+    """HWIO 3x3 weights -> ``U[eps * alpha + nu, c, k] = (G g G^T)[eps, nu]``
+    (float64 math, stored as the weight's dtype)."""
     _, _, gmat = _matrices(m)
     alpha = m + 2
     u = np.einsum("ea,abck,nb->enck", gmat, weight.astype(np.float64), gmat)
@@ -145,7 +151,8 @@ class _Rewriter(PyExprMutator):
         return call if rewritten is None else rewritten
 
     def _constant(self, expr: relax.Expr) -> np.ndarray | None:
-        """The value of a constant weight, also through the transpose `ConvertLayout` puts on it (folded later)."""
+        """The value of a constant weight, also through the
+        transpose `ConvertLayout` puts on it (folded later)."""
         while isinstance(expr, relax.Var) and self.lookup_binding(expr) is not None:
             expr = self.lookup_binding(expr)
         if isinstance(expr, tvm.ir.expr.Constant):
@@ -200,8 +207,10 @@ class _Rewriter(PyExprMutator):
 
 
 @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.WinogradConv2D")
+@own_pass
 def WinogradConv2D(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:  # noqa: N802 - a TVM pass
-    """Rewrite NHWC/HWIO float32 3x3 stride-1 convolutions with constant weights (run after `ConvertLayout`)."""
+    """Rewrite NHWC/HWIO float32 3x3 stride-1 convolutions
+    with constant weights (run after `ConvertLayout`)."""
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):

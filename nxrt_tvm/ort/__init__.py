@@ -62,7 +62,8 @@ def register(
     registration_name: str = EP_NAME,
     **build_options: Any,
 ) -> Path:
-    """Register the plugin with `ort_module` (default: `onnxruntime`); builds it first unless `library` is given.
+    """Register the plugin with `ort_module` (default:
+    `onnxruntime`); builds it first unless `library` is given.
 
     Registering again under the same name is a no-op. Returns the library's path.
     """

@@ -112,7 +112,8 @@ def _fetch_npm_headers(dest: Path) -> None:
     npm = shutil.which("npm")
     if npm is None:
         raise PluginBuildError(
-            "ONNX Runtime's C headers are needed to build the plugin: install npm (they are fetched once from the "
+            "ONNX Runtime's C headers are needed to build the "
+            "plugin: install npm (they are fetched once from the "
             f"npm package {NPM_PACKAGE}), or set NXRT_TVM_ORT_INCLUDE to a folder holding onnxruntime_c_api.h"
         )
     with tempfile.TemporaryDirectory(prefix=".npm-", dir=dest.parent) as tmp:
@@ -148,7 +149,8 @@ def _fetch_npm_headers(dest: Path) -> None:
 
 
 def ort_headers(include_dir: str | os.PathLike | None = None) -> Path:
-    """The folder holding ORT's C headers: `include_dir`, ``NXRT_TVM_ORT_INCLUDE``, or the npm package (cached)."""
+    """The folder holding ORT's C headers: `include_dir`,
+    ``NXRT_TVM_ORT_INCLUDE``, or the npm package (cached)."""
     given = include_dir or os.environ.get("NXRT_TVM_ORT_INCLUDE")
     if given:
         return _check_headers(Path(given).resolve(), "the ONNX Runtime include folder")

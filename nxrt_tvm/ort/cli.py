@@ -34,9 +34,11 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     build = actions.add_parser(
         "build",
         help="build the plugin with the system C compiler (cached) and print its path",
-        description="Build the plugin EP library (ORT headers from --include-dir, NXRT_TVM_ORT_INCLUDE, or the npm "
-        "package fetched once) and print its path; register it with "
-        "onnxruntime.register_execution_provider_library('TvmExecutionProvider', PATH).",
+        description=(
+            "Build the plugin EP library (ORT headers from --include-dir, NXRT_TVM_ORT_INCLUDE, or the npm "
+            "package fetched once) and print its path; register it with "
+            "onnxruntime.register_execution_provider_library('TvmExecutionProvider', PATH)."
+        ),
     )
     build.add_argument(
         "--include-dir", type=Path, help="folder holding onnxruntime_c_api.h and onnxruntime_ep_c_api.h"

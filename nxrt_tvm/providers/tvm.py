@@ -14,8 +14,7 @@ import tvm
 from onnx import numpy_helper
 from tqdm import tqdm
 
-from .. import frontend
-from ..api.claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, SubgraphClaim, deny, require
+from ..api.claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, SubgraphClaim
 from ..api.device import DeviceType, EpId
 from ..api.errors import (
     CompileDisabled,
@@ -28,48 +27,25 @@ from ..api.kernel import Kernel, KernelVariant
 from ..api.provider import ExecutionProvider
 from ..api.tensor import aligned_empty
 from ..epcontext.cache import CompileCache, cache_key
-from ..epcontext.compat import check_loadable, hardware_of
+from ..epcontext.compat import check_loadable
 from ..epcontext.record import FORMAT_VERSION, EpContext, TensorSignature, sha256_hex
 from ..graph.model import GraphView
-from ..lower.artifact import export_executable, load_executable
 from ..lower.build import compile_partition, locate_failure, partition_model, weight_names
-from ..lower.isolate import fork_available, run_isolated
-from ..lower.kernel import TvmKernel
-from ..lower.measure import measure_partition, ort_run_floor_us
 from ..lower.pipeline import Lowering, codegen_digest
 from ..lower.schedules import CONV_ALGORITHMS
-from ..lower.target import make_target, target_device, tvm_device
+from ..lower.target import hardware_of, make_target, target_device, tvm_device
+from ..lower.tuned import open_database
 from ..partition.claims import make_claims, partition_name
 from ..partition.grouping import group_nodes
 from ..partition.node_context import NodeContext
-from ..partition.tvm_rules import IMPORT_TIME_INPUTS, TVM_OP_RULES
-from ..tuning.database import open_database
+from ..partition.tvm_rules import check_group, check_node
+from ..runtime.artifact import export_executable, load_executable
+from ..runtime.isolate import fork_available, run_isolated
+from ..runtime.kernel import TvmKernel
+from ..runtime.measure import measure_partition, ort_run_floor_us
 from .options import as_int, as_seconds, as_str_list, reject_unknown
 
-__all__ = ["TvmExecutionProvider", "SUPPORTED_ELEM_TYPES"]
-
-T = onnx.TensorProto
-#: Element types TVM imports, computes and returns through DLPack.
-SUPPORTED_ELEM_TYPES = frozenset(
-    {
-        T.FLOAT,
-        T.FLOAT16,
-        T.BFLOAT16,
-        T.DOUBLE,
-        T.INT8,
-        T.INT16,
-        T.INT32,
-        T.INT64,
-        T.UINT8,
-        T.UINT16,
-        T.UINT32,
-        T.UINT64,
-        T.BOOL,
-    }
-)
-_SUPPORTED_NAMES = ", ".join(sorted(T.DataType.Name(t).lower() for t in SUPPORTED_ELEM_TYPES))
-
-_CONVERTERS = frontend.convert_map()
+__all__ = ["TvmExecutionProvider"]
 
 #: claim_policy="cost": how much faster than the fallback a partition must measure on TVM (timing noise).
 COST_MARGIN = 0.05
@@ -125,7 +101,8 @@ class TvmExecutionProvider(ExecutionProvider):
                 )
         if conv_algorithm not in CONV_ALGORITHMS:
             raise InvalidProviderOptions(
-                f"conv_algorithm must be one of {', '.join(map(repr, CONV_ALGORITHMS))}, got {conv_algorithm!r}"
+                "conv_algorithm must be one of "
+                f"{', '.join(map(repr, CONV_ALGORITHMS))}, got {conv_algorithm!r}"
             )
         database = None if tuning_logs is None else open_database(tuning_logs, self.target)
         self.lowering = Lowering(
@@ -175,58 +152,8 @@ class TvmExecutionProvider(ExecutionProvider):
 
     # -- capability ------------------------------------------------------------------
     def check_node(self, ctx: NodeContext) -> None:
-        """Raise `DeclineSignal` unless TVM can import, build and run this node."""
-        op = ctx.op_type
-        require(
-            op not in self.op_types_to_exclude,
-            Rejected.OPTION,
-            f"{op} is listed in op_types_to_exclude",
-            accepts="ops not excluded by the provider options",
-            remediation="remove it from op_types_to_exclude to let TVM compile it",
-        )
-        require(
-            ctx.domain == "",
-            Rejected.DOMAIN,
-            f"domain {ctx.domain!r}",
-            accepts="ops of the default ONNX domain (ai.onnx)",
-            remediation="runs on the fallback EP; TVM's frontend has no converter for this domain",
-        )
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in ctx.node.attribute):
-            deny(
-                Rejected.OP,
-                f"{op} carries subgraphs (control flow)",
-                accepts="dataflow ops without subgraph attributes",
-                remediation="runs on the fallback EP; fold constant conditions (e.g. onnxsim) to remove the branch",
-            )
-        require(
-            op in _CONVERTERS,
-            Rejected.OP,
-            f"the Relax ONNX frontend has no converter for {op}",
-            accepts=f"the {len(_CONVERTERS)} ops of tvm.relax.frontend.onnx (see `nxrt-tvm plan --json`)",
-            remediation="runs on the fallback EP; rewrite it into supported ops to let TVM fuse across it",
-        )
-        lowest = frontend.min_opset(op)
-        require(
-            ctx.opset >= lowest,
-            Rejected.OPSET,
-            f"opset {ctx.opset} predates the converter's lowest version {lowest}",
-            accepts=f"{op} at opset >= {lowest}",
-            remediation=f"upgrade the model (onnx.version_converter.convert_version(model, {max(lowest, 13)}))",
-        )
-        for kind, values in (("input", ctx.inputs), ("output", ctx.outputs)):
-            for info in values:
-                if info is None or info.elem_type is None:
-                    continue  # unknown types matter only at a partition boundary (see _verify)
-                require(
-                    info.elem_type in SUPPORTED_ELEM_TYPES,
-                    Rejected.DTYPE,
-                    f"{kind} {info.name!r} has element type {info.type_name}",
-                    accepts=_SUPPORTED_NAMES,
-                    remediation="runs on the fallback EP; cast to a supported type in the model to let TVM take it",
-                )
-        rule = TVM_OP_RULES.lookup(ctx.domain, op, ctx.opset)
-        if rule is not None:
-            rule(ctx)
+        """Raise `DeclineSignal` unless TVM can import, build and run this node (`partition.tvm_rules`)."""
+        check_node(ctx, self.op_types_to_exclude)
 
     def claim(self, graph: GraphView, taken: Sequence[Collection[int]] = ()) -> ClaimResult:
         skip = {n for group in taken for n in group}
@@ -244,7 +171,8 @@ class TvmExecutionProvider(ExecutionProvider):
         if accepted and self.compile_disabled:
             first = graph.nodes[min(accepted)]
             raise CompileDisabled(
-                f"{len(accepted)} node(s) (first: {first.name!r}, {first.op_type}) would be compiled by {self.ep_id}, "
+                f"{len(accepted)} node(s) (first: {first.name!r}, "
+                f"{first.op_type}) would be compiled by {self.ep_id}, "
                 "but model compilation is disabled; compile the model ahead of time (nxrt-tvm compile) "
                 "or drop session.disable_model_compile"
             )
@@ -288,7 +216,10 @@ class TvmExecutionProvider(ExecutionProvider):
             for i in group:
                 signal = DeclineSignal(
                     Rejected.PARTITION,
-                    f"its partition has {len(group)} node(s), below min_subgraph_size={self.min_subgraph_size}",
+                    (
+                        f"its partition has {len(group)} node(s), below "
+                        f"min_subgraph_size={self.min_subgraph_size}"
+                    ),
                     f"partitions of at least {self.min_subgraph_size} nodes",
                     "lower min_subgraph_size to compile small partitions",
                 )
@@ -299,7 +230,8 @@ class TvmExecutionProvider(ExecutionProvider):
         return ClaimResult(claims, tuple(declines))
 
     def _cost(self, graph: GraphView, group: tuple[int, ...], costs: dict) -> DeclineSignal | None:
-        """claim_policy='cost': measure the built partition against onnxruntime; a decline if TVM is slower."""
+        """claim_policy='cost': measure the built partition
+        against onnxruntime; a decline if TVM is slower."""
         name = partition_name(graph, group, "tvm")
         built = self._built.get(name)
         timing = None
@@ -324,35 +256,8 @@ class TvmExecutionProvider(ExecutionProvider):
         )
 
     def _verify(self, graph: GraphView, group: tuple[int, ...]) -> dict[int, DeclineSignal]:
-        """Nodes to decline so that `group` compiles: consumers of untyped boundary values, or the import culprit."""
-        inputs, _ = graph.boundary(group)
-        problems: dict[int, DeclineSignal] = {}
-        members = set(group)
-        for name in inputs:
-            info = graph.info(name)
-            if info.elem_type is not None and info.shape is not None:
-                continue
-            what = "element type" if info.elem_type is None else "rank"
-            for i in graph.consumers.get(name, ()):
-                if i in members:
-                    problems[i] = DeclineSignal(
-                        Rejected.SHAPE,
-                        f"input {name!r} comes from outside the partition with unknown {what}",
-                        "partition inputs whose type and rank ONNX shape inference determines",
-                        "declare the model's input shapes, or run onnx.shape_inference / onnxsim on the model",
-                    )
-        for i in group:
-            node = graph.nodes[i]
-            for k in IMPORT_TIME_INPUTS.get(node.op_type, ()):
-                if k < len(node.input) and node.input[k] in inputs:
-                    problems[i] = DeclineSignal(
-                        Rejected.INPUT,
-                        f"input {k} ({node.input[k]!r}) comes from another partition at run time, "
-                        "but TVM must know it when compiling",
-                        "a constant, or a value computed from tensor shapes in the same partition",
-                        "runs on the fallback EP; fold it to a constant (onnxsim) or fix symbolic dims "
-                        "(SessionOptions.add_free_dimension_override_by_name)",
-                    )
+        """Nodes to decline so that `group` compiles: the group checks' culprits, or the import culprit."""
+        problems = check_group(graph, group)
         if problems:
             return problems
         name = partition_name(graph, group, "tvm")
@@ -391,8 +296,14 @@ class TvmExecutionProvider(ExecutionProvider):
             culprit: DeclineSignal(
                 Rejected.BUILD,
                 f"TVM cannot compile it in this context: {message}",
-                "what tvm.relax.frontend.onnx imports and TVM builds (shape-like inputs must be constants or computed in the same partition)",
-                "runs on the fallback EP; fold run-time shapes to constants (onnxsim) or export with static shapes",
+                (
+                    "what tvm.relax.frontend.onnx imports and TVM builds (shape-like "
+                    "inputs must be constants or computed in the same partition)"
+                ),
+                (
+                    "runs on the fallback EP; fold run-time shapes to "
+                    "constants (onnxsim) or export with static shapes"
+                ),
             )
         }
 
@@ -411,10 +322,12 @@ class TvmExecutionProvider(ExecutionProvider):
 
     # -- compilation -----------------------------------------------------------------
     def build(self, graph: GraphView, claim: SubgraphClaim) -> tuple[Any, tuple[str, ...], bytes | None]:
-        """The module for a claim, the weights it takes as inputs (weightless builds only), and its blob if known."""
+        """The module for a claim, the weights it takes as
+        inputs (weightless builds only), and its blob if known."""
         if self.compile_disabled:
             raise CompileDisabled(
-                f"partition {claim.name} ({len(claim.nodes)} nodes) needs compiling but model compilation is disabled; "
+                f"partition {claim.name} ({len(claim.nodes)} nodes) "
+                "needs compiling but model compilation is disabled; "
                 "compile the model ahead of time (nxrt-tvm compile) or drop session.disable_model_compile"
             )
         weights = weight_names(graph, claim.nodes) if self.weightless else ()
@@ -434,7 +347,8 @@ class TvmExecutionProvider(ExecutionProvider):
         weights: Sequence[str],
         variants: list[KernelVariant] | None,
     ) -> tuple[Any, bytes | None]:
-        """(module, blob) of a node set: built in a forked child and loaded here when isolated (blob set), else in process."""
+        """(module, blob) of a node set: built in a forked child
+        and loaded here when isolated (blob set), else in process."""
         self.stats["builds"] += 1
         if not self.isolate:
             return compile_partition(graph, nodes, name, self.target, self.lowering, weights, variants), None
@@ -447,7 +361,8 @@ class TvmExecutionProvider(ExecutionProvider):
         blob, notes = run_isolated(child, f"partition {name} ({len(nodes)} nodes)", self.compile_timeout_s)
         if variants is not None:
             variants[:] = notes
-        # A compile-only host (CUDA code, no GPU) cannot load the library; the blob still goes into EPContexts.
+        # A compile-only host (CUDA code, no GPU) cannot load
+        # the library; the blob still goes into EPContexts.
         return (load_executable(blob, name) if tvm_device(self.device).exist else None), blob
 
     def compile(self, graph: GraphView, claim: SubgraphClaim) -> TvmKernel:
@@ -465,7 +380,8 @@ class TvmExecutionProvider(ExecutionProvider):
         return kernel
 
     def _cache_key(self, graph: GraphView, group: tuple[int, ...], name: str) -> str:
-        """Everything that shapes the compiled code: partition graph and weights, target, TVM, passes, our code."""
+        """Everything that shapes the compiled code: partition
+        graph and weights, target, TVM, passes, our code."""
         model = partition_model(graph, group, name)
         return cache_key(
             model.SerializeToString(deterministic=True),
@@ -516,7 +432,8 @@ class TvmExecutionProvider(ExecutionProvider):
     def load_context(
         self, context: EpContext, initializers: Mapping[str, onnx.TensorProto] | None = None
     ) -> TvmKernel:
-        """Check the blob fits this host (raising `ContextRejected` before any native code loads), then load it."""
+        """Check the blob fits this host (raising `ContextRejected`
+        before any native code loads), then load it."""
         check_loadable(context, self.target)
         module = load_executable(context.blob, context.partition_name)
         self.stats["loaded"] += 1

@@ -1,9 +1,10 @@
-"""Per-device autotuning: MetaSchedule + XGBoost, device-keyed JSON databases, RPC measurement.
+"""Per-device autotuning: MetaSchedule + XGBoost search, RPC measurement (`nxrt_tvm.tuning.tune`).
 
-`tune_model` lives in `nxrt_tvm.tuning.tune` (it builds on the providers, which read databases from here).
+What tuning writes is read and applied at compile time by `nxrt_tvm.lower.tuned`, under the device
+keys of `nxrt_tvm.lower.device_key`; both are re-exported here for tuning users.
 """
 
-from .database import TuningDatabase, open_database
-from .device import device_key
+from ..lower.device_key import device_key
+from ..lower.tuned import TuningDatabase, open_database
 
 __all__ = ["TuningDatabase", "open_database", "device_key"]

@@ -32,13 +32,13 @@ from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
 from ..api.errors import InvalidProviderOptions
 from ..graph.model import ModelSource, load_model
+from ..lower.device_key import DEFAULT_LOG_DIR, device_key, device_log_dir
 from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
 from ..lower.tir_pipeline import MEASURED_PIPELINE, build_for_measurement
+from ..lower.tuned import TuningDatabase, is_searched, mean_us, replay
 from ..partition.plan import make_plan
 from ..providers import CPUExecutionProvider, TvmExecutionProvider
-from .database import TuningDatabase, is_searched, mean_us, replay
-from .device import DEFAULT_LOG_DIR, device_key, device_log_dir
 from .tasks import TuningTask, extract_tasks
 
 __all__ = ["tune_model", "TuneReport", "TaskResult", "parse_tracker"]
@@ -118,7 +118,8 @@ def _trials_in_budget(todo: int, left_s: float | None, per_trial_s: float | None
 
 
 def _best(db: TuningDatabase, task: TuningTask) -> tuple[float | None, bool]:
-    """(mean time of the task's best valid record in us, whether that record is the default rules' schedule)."""
+    """(mean time of the task's best valid record in us,
+    whether that record is the default rules' schedule)."""
     match = db.best(task.extracted.dispatched[0])
     if match is None or match.how != "exact":
         return None, False
@@ -130,15 +131,15 @@ def _rule_schedule(task: TuningTask, target) -> tuple[str, s_tir.Schedule] | Non
 
 
 def rule_digest(sch: s_tir.Schedule) -> str:
-    """What identifies a default rule's measured schedule of a kernel: its trace and the code generation it was
-    built with (`MEASURED_PIPELINE`). A change to either means a new baseline to measure."""
+    """What identifies a default rule's measured schedule of a kernel: its trace and the code generation
+    it was built with (`MEASURED_PIPELINE`). A change to either means a new baseline to measure."""
     return hashlib.sha256(f"{sch.trace}\0{MEASURED_PIPELINE}".encode()).hexdigest()[:16]
 
 
 def _stale_baseline(entry: dict, found: tuple[str, s_tir.Schedule] | None) -> bool:
-    """Whether a task's default-rule baseline is missing or was measured on another version of the rules or of
-    code generation (`found`: the rules' schedule now; None where no rule fits, as on cuda, whose kernels dlight
-    schedules)."""
+    """Whether a task's default-rule baseline is missing or was measured on another
+    version of the rules or of code generation (`found`: the rules' schedule now;
+    None where no rule fits, as on cuda, whose kernels dlight schedules)."""
     if "rule_us" not in entry:
         return True
     return found is not None and entry.get("rule_digest") != rule_digest(found[1])
@@ -157,12 +158,14 @@ def _measure_rules(
     runner: ms.runner.Runner,
     db: TuningDatabase,
 ) -> list[tuple[str, float, str] | None]:
-    """Measure the default rules' schedule of each task (given with it) like a trial; keep it as its baseline record.
+    """Measure the default rules' schedule of each task (given
+    with it) like a trial; keep it as its baseline record.
 
     The task's best searched schedule is measured again beside it and recorded once more, so the two that
     compile chooses between have a time from the same run and the same code generation (a baseline goes stale
     when either changed). One build call and one run call for all of them (each call starts worker processes).
-    Per task: (rule, us, rule digest), or None where no rule fits or the schedule failed to build or run (logged).
+    Per task: (rule, us, rule digest), or None where no rule
+    fits or the schedule failed to build or run (logged).
     """
     scheduled = []  # (task, workload, what: a rule's name or _SEARCHED, schedule)
     for task, found in tasks:
@@ -187,7 +190,8 @@ def _measure_rules(
                 result.error_msg.strip().splitlines()[-1],
             )
             continue
-        # As MetaSchedule measures its candidates: a layout-rewrite block (packed weights) is not run, its output is the argument.
+        # As MetaSchedule measures its candidates: a layout-rewrite
+        # block (packed weights) is not run, its output is the argument.
         args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
         runnable.append((task, kernel, what, sch, args, result.artifact_path))
         inputs.append(ms.runner.RunnerInput(result.artifact_path, device, args))
@@ -275,9 +279,10 @@ def tune_model(
     )  # as compile builds
     show = None if progress is None else not progress
 
-    # 1. The default rules' schedules: the baseline records, and where the weighted latency is. Measured again
-    #    when the rules changed: a record is applied only where it beat the baseline, so an old, slower
-    #    baseline would keep a searched schedule the new rule beats. (The database keeps the fastest baseline.)
+    # 1. The default rules' schedules: the baseline records, and where the weighted
+    #    latency is. Measured again when the rules changed: a record is applied only
+    #    where it beat the baseline, so an old, slower baseline would keep a searched
+    #    schedule the new rule beats. (The database keeps the fastest baseline.)
     rules = [(t, _rule_schedule(t, tvm_target)) for t in tasks]  # scheduled once: checked, then measured
     new = [(t, found) for t, found in rules if _stale_baseline(state.get(t.workload, {}), found)]
     if new:

@@ -8,7 +8,7 @@ import tvm
 
 import nxrt_tvm as nx
 from nxrt_tvm.api.tensor import ALIGNMENT, aligned_empty
-from nxrt_tvm.lower.kernel import _to_tvm
+from nxrt_tvm.runtime.kernel import _to_tvm
 
 
 def test_tensor_view_over_numpy_and_tvm():
@@ -70,3 +70,12 @@ def test_require_and_deny_carry_what_was_rejected():
         nx.require(False, nx.Rejected.DTYPE, "input 'x' is string", accepts="numbers", remediation="cast it")
     assert info.value.rejected is nx.Rejected.DTYPE and info.value.accepts == "numbers"
     nx.require(True, nx.Rejected.DTYPE, "unused", accepts="anything")
+
+
+def test_the_graph_view_is_the_contract_graph():
+    from nxrt_tvm.api import Graph
+    from nxrt_tvm.data import default_model_path
+    from nxrt_tvm.graph import load_model
+
+    assert isinstance(load_model(default_model_path()), Graph)
+    assert not isinstance(object(), Graph)

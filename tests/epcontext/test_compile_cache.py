@@ -43,7 +43,8 @@ def test_key_changes_with_weights_and_target(tmp_path):
 
 
 def test_a_change_to_the_kernel_generating_code_rebuilds(tmp_path, monkeypatch):
-    """The key holds a digest of the converters, passes and rules: a cache written by older code is not served."""
+    """The key holds a digest of the converters, passes and
+    rules: a cache written by older code is not served."""
     from nxrt_tvm.lower import pipeline
     from nxrt_tvm.providers import tvm as tvm_ep
 
@@ -54,11 +55,12 @@ def test_a_change_to_the_kernel_generating_code_rebuilds(tmp_path, monkeypatch):
     assert len(pipeline.codegen_digest()) == 64 and pipeline.codegen_digest() == pipeline.codegen_digest()
 
 
-def test_codegen_digest_covers_the_frontend_and_every_lowering_module():
+def test_codegen_digest_covers_the_frontend_every_lowering_module_and_the_linker():
     from nxrt_tvm.lower import pipeline
 
-    frontend, lower = pipeline._CODEGEN_SOURCES
+    frontend, lower, linker = pipeline._CODEGEN_SOURCES
     assert frontend.name == "frontend.py" and frontend.is_file()
+    assert linker.name == "artifact.py" and linker.is_file()
     assert {"pipeline.py", "precision.py", "winograd.py"} <= {p.name for p in lower.rglob("*.py")}
     assert {"base.py", "conv.py", "matmul.py"} <= {p.name for p in (lower / "schedules").glob("*.py")}
 

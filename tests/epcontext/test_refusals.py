@@ -1,4 +1,5 @@
-"""Blobs that do not fit this host are refused before any native code loads, with what differs and what to do."""
+"""Blobs that do not fit this host are refused before
+any native code loads, with what differs and what to do."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
 from nxrt_tvm.epcontext.codec import is_ep_context
-from nxrt_tvm.epcontext.compat import _requires_hardware
-from nxrt_tvm.lower.target import host_cpu
+from nxrt_tvm.lower.target import host_cpu, requires_hardware
 
 HOST_FEATURES = {
     str(f)
@@ -31,7 +31,7 @@ def _foreign_cpu() -> str:
                 tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
             )
         }
-        if any(_requires_hardware(f) for f in feats - HOST_FEATURES):
+        if any(requires_hardware(f) for f in feats - HOST_FEATURES):
             return mcpu
     pytest.skip("this host has every feature of the candidate CPUs")
 

@@ -126,7 +126,8 @@ def test_symbolic_batch_survives_the_round_trip(tmp_path):
 
 
 def test_free_dimension_overrides_keep_epcontext_output_types(tmp_path):
-    """Fixing a symbolic dim must not drop the declared types of EPContext outputs (inference cannot redo them)."""
+    """Fixing a symbolic dim must not drop the declared
+    types of EPContext outputs (inference cannot redo them)."""
     src = DATA / "torch_encoder.onnx"
     out = tmp_path / "enc_ctx.onnx"
     nx.compile_model(src, out, embed=False, progress=False)

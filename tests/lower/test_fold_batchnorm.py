@@ -1,4 +1,5 @@
-"""BatchNormalization after a convolution folds into its weights and bias: same results as onnxruntime, one kernel.
+"""BatchNormalization after a convolution folds into its
+weights and bias: same results as onnxruntime, one kernel.
 
 Tolerance: rtol=atol=1e-4 against onnxruntime (folding rounds the scaled weights once, in float32).
 """

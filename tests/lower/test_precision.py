@@ -181,3 +181,16 @@ def test_quantisation_is_not_a_discrete_consumer():
     ]  # the scale itself cast to an integer: exact
     ops = _ops(PreciseFastMath()(import_onnx(_model(cast, [("y", T.INT32)]))))
     assert "relax.nn.softmax" in ops, ops
+
+
+def test_a_tensor_of_unknown_shape_stays_exact_instead_of_failing_the_pass():
+    """The fast ops are TE, which needs a shape expression: a rank-only tensor (a value whose shape TVM
+    cannot name, as in the transformers BERT export) keeps the exact op. Strict mode found this one."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(ndim=2, dtype="float32"))
+    with bb.function("main", [x]):
+        y = bb.emit(relax.op.exp(x))
+        bb.emit_func_output(relax.op.tanh(y))
+    mod = PreciseFastMath()(bb.get())
+    text = mod.script()
+    assert "R.exp(" in text and "R.tanh(" in text and "fast" not in text

@@ -248,7 +248,8 @@ def test_rule_matches_onnxruntime_and_applies(case):
     ],
 )
 def test_constant_weights_are_packed_at_compile_time(case, rule, weight):
-    """The kernel reads a [J/tile, r..., tile] constant; the repacking itself was folded away (no copy at run time)."""
+    """The kernel reads a [J/tile, r..., tile] constant; the
+    repacking itself was folded away (no copy at run time)."""
     funcs = _prim_funcs(_lowered(CASES[case][0]))
     kernel = next(f for f in funcs.values() if f.attrs is not None and f.attrs.get(RULE_ATTR) == rule)
     shapes = [tuple(int(d) for d in b.shape) for b in kernel.params]
@@ -257,7 +258,8 @@ def test_constant_weights_are_packed_at_compile_time(case, rule, weight):
 
 
 def test_weightless_builds_keep_weights_unpacked():
-    """Weights bound at load are inputs, not constants: nothing to fold, so the kernel reads them as they are."""
+    """Weights bound at load are inputs, not constants:
+    nothing to fold, so the kernel reads them as they are."""
     model = CASES["matmul_packed_1x64x96"][0]
     feeds = _feeds(model)
     session = nx.InferenceSession(model, provider_options=[{"weightless": True}, {}])
@@ -350,8 +352,9 @@ def test_symbolic_injective_kernels_keep_tvm_default():
 
 
 def test_layout_conversion_that_tvm_cannot_infer_keeps_the_module_buildable():
-    """Max of two inputs imports as R.stack, whose layout inference fails in TVM 0.27: the conv stays NCHW
-    (TVM's default kernel) instead of the partition being declined; a module without convolutions is untouched."""
+    """Max of two inputs imports as R.stack, whose layout inference fails
+    in TVM 0.27: the conv stays NCHW (TVM's default kernel) instead of the
+    partition being declined; a module without convolutions is untouched."""
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
         helper.make_node("Max", ["y", "x2"], ["out"]),
@@ -368,8 +371,9 @@ def test_layout_conversion_that_tvm_cannot_infer_keeps_the_module_buildable():
 
 @pytest.mark.parametrize("with_matmul", [False, True], ids=["alone", "next-to-a-packed-matmul"])
 def test_index_kernels_on_constants_build_whether_or_not_a_weight_is_packed(with_matmul):
-    """Unsqueeze/Slice with run-time axes import as gathers and scans over constant index tables, which TVM marks
-    layout-free; SplitLayoutRewritePreproc fails on them, so only kernels with a rewrite block go through it."""
+    """Unsqueeze/Slice with run-time axes import as gathers and scans over
+    constant index tables, which TVM marks layout-free; SplitLayoutRewritePreproc
+    fails on them, so only kernels with a rewrite block go through it."""
     nodes = [
         helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
         helper.make_node("Slice", ["u", "starts", "ends"], ["out"]),

@@ -1,4 +1,5 @@
-"""The CPU TIR pipeline: small scratch buffers become stack allocations, large ones stay in the workspace pool.
+"""The CPU TIR pipeline: small scratch buffers become
+stack allocations, large ones stay in the workspace pool.
 
 A per-row scratch buffer is declared inside a parallel loop (as the schedules'
 register tiles are); the built module's LLVM IR shows whether each iteration

@@ -66,7 +66,8 @@ def _rules(model: onnx.ModelProto, conv_algorithm: str = "auto") -> list[str]:
 
 
 def test_transforms_compute_the_convolution():
-    """``A^T [(G g G^T) * (B^T d B)] A`` is the 4x4 correlation of a 6x6 tile (the math the kernels run), in numpy."""
+    """``A^T [(G g G^T) * (B^T d B)] A`` is the 4x4 correlation
+    of a 6x6 tile (the math the kernels run), in numpy."""
     amat, bmat, gmat = _matrices(4)
     tile = RNG.standard_normal((6, 6))
     g = RNG.standard_normal((3, 3))
@@ -161,7 +162,8 @@ def test_tile_choice():
 
 
 def test_winograd_partition_deploys_from_an_epcontext_model(tmp_path):
-    """Compiled ahead of time, the Winograd kernels (and their folded, packed weights) load and run without a compile."""
+    """Compiled ahead of time, the Winograd kernels (and their
+    folded, packed weights) load and run without a compile."""
     model = _conv_model(1, 16, 12, 12, 32, residual=False)
     source = tmp_path / "conv.onnx"
     onnx.save(model, source)

@@ -31,7 +31,8 @@ NOT_COMPATIBLE = "not compatible with any execution provider"
 
 @pytest.fixture(scope="session")
 def plugin_library() -> Path:
-    """The plugin, registered with this process's onnxruntime; skips where no compiler, npm or headers can be had."""
+    """The plugin, registered with this process's onnxruntime;
+    skips where no compiler, npm or headers can be had."""
     if not hasattr(ort, "register_execution_provider_library"):
         pytest.skip(f"onnxruntime {ort.__version__} has no plugin-EP API (needs >= 1.23)")
     from nxrt_tvm.ort import PluginBuildError, register
@@ -168,7 +169,8 @@ def test_truncated_blob_is_declined(plugin_library, embedded_model, tmp_path, ca
 
 @pytest.mark.parametrize("mode", ["truncated", "zeroed"])
 def test_forged_blob_is_declined_before_dlopen(plugin_library, embedded_model, tmp_path, capfd, mode):
-    """sha256 and size rewritten with the blob: the ELF checks (as in Python) decline it; dlopen would crash ORT."""
+    """sha256 and size rewritten with the blob: the ELF
+    checks (as in Python) decline it; dlopen would crash ORT."""
 
     def forge(model):
         node = _context_nodes(model)[0]

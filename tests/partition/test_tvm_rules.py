@@ -1,4 +1,5 @@
-"""TVM claim rules: each declines a case that really fails in TVM 0.27, and lets the neighbouring case through.
+"""TVM claim rules: each declines a case that really fails
+in TVM 0.27, and lets the neighbouring case through.
 
 The declined cases were found by `tools/probe_frontend.py`; the accepted
 neighbours are compiled with the default pipeline and compared with onnxruntime.

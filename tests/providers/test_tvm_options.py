@@ -70,7 +70,8 @@ def test_bad_options_are_typed_errors():
 
 
 def test_cost_policy_declines_a_partition_slower_than_the_fallback():
-    """Naive TVM loops (no schedule rules) lose to onnxruntime on a 256x256x256 matmul: the cost policy declines it."""
+    """Naive TVM loops (no schedule rules) lose to onnxruntime
+    on a 256x256x256 matmul: the cost policy declines it."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 

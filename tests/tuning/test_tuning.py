@@ -73,7 +73,7 @@ def test_a_searched_record_must_beat_the_rule_by_the_margin(tuned, tmp_path, rat
     """Within SEARCHED_MARGIN of the rule's time a searched record is noise, not a win: the rule stays."""
     from tvm.s_tir import meta_schedule as ms
 
-    from nxrt_tvm.tuning.database import SEARCHED_MARGIN, TuningDatabase, is_searched
+    from nxrt_tvm.lower.tuned import SEARCHED_MARGIN, TuningDatabase, is_searched
 
     assert 1 - SEARCHED_MARGIN == pytest.approx(0.95)
     logs, report = tuned
@@ -125,7 +125,8 @@ def test_resume_adds_nothing_for_finished_tasks(tuned):
 
 
 def test_resume_after_a_run_killed_mid_task_keeps_its_trials(tuned, tmp_path):
-    """A kill inside a task's search leaves its records but not the state's count: the database's count is used."""
+    """A kill inside a task's search leaves its records but
+    not the state's count: the database's count is used."""
     logs, report = tuned
     copy = tmp_path / "logs"
     shutil.copytree(logs, copy)
@@ -141,9 +142,9 @@ def test_resume_after_a_run_killed_mid_task_keeps_its_trials(tuned, tmp_path):
 
 
 def test_a_changed_default_rule_is_measured_again(tuned, tmp_path):
-    """A baseline measured on another version of the rules (or code generation) is stale: the next run measures
-    the rule again (a new baseline record) and the best searched schedule beside it (one more search record),
-    and searches nothing more."""
+    """A baseline measured on another version of the rules (or code generation) is
+    stale: the next run measures the rule again (a new baseline record) and the best
+    searched schedule beside it (one more search record), and searches nothing more."""
     logs, report = tuned
     copy = tmp_path / "logs"
     shutil.copytree(logs, copy)
@@ -212,7 +213,7 @@ def _variants_with_logs(model, feeds, logs) -> list[str]:
 
 def test_record_of_the_same_anchor_op_is_transferred(tuned, tmp_path):
     """A searched record of MatMul transfers to MatMul+Relu (same anchor block, another epilogue), exactly."""
-    from nxrt_tvm.tuning.database import TuningDatabase, is_searched
+    from nxrt_tvm.lower.tuned import TuningDatabase, is_searched
 
     _, report = tuned
     directory = report.directory
@@ -323,7 +324,8 @@ def test_bad_rpc_arguments():
 
 
 def _layer_norm_model(input_name: str):
-    """LayerNormalization of [64, 128]: its TIR block names follow the input's name (`x_sum`, `features_sum`)."""
+    """LayerNormalization of [64, 128]: its TIR block names
+    follow the input's name (`x_sum`, `features_sum`)."""
     rng = np.random.default_rng(0)
     scale = numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "scale")
     bias = numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "bias")
@@ -359,7 +361,7 @@ def test_searched_record_replays_on_a_kernel_whose_names_differ(tmp_path):
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
 
-    from nxrt_tvm.tuning.database import TuningDatabase
+    from nxrt_tvm.lower.tuned import TuningDatabase
 
     (task,) = _tasks(_layer_norm_model("x"))
     assert [task.workload] == [

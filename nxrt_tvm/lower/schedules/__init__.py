@@ -27,6 +27,7 @@ from tvm import relax
 
 from ..fold_batchnorm import FoldBatchNormIntoConv
 from ..precision import PreciseFastMath
+from ..strict import own_pass
 from ..winograd import WinogradConv2D
 from .base import RULE_ATTR, ApplySchedules, CpuRule, schedule_with_rules
 from .conv import Conv
@@ -104,6 +105,7 @@ def convert_conv_layout() -> tvm.transform.Pass:
     """
 
     @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.ConvertConvLayout")
+    @own_pass
     def convert(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if not _has_conv(mod):
             return mod

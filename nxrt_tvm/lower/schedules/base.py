@@ -8,6 +8,7 @@ default (or the next rule's schedule).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Sequence
 
@@ -17,6 +18,8 @@ from tvm.s_tir.dlight.analysis import collect_vars_used_in_prim_expr, normalize_
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 from tvm.target.codegen import llvm_get_vector_width
+
+from ..strict import own_failure, own_pass, raised_by_us
 
 __all__ = [
     "CpuRule",
@@ -41,7 +44,8 @@ class CpuRule(ScheduleRule):
 
     `blocks` are the normalised `SBlockInfo`s of the function (dlight's
     `normalize_prim_func`); `schedule` returns `sch` scheduled, or None when the
-    rule does not fit, and may raise: `apply` keeps the default then.
+    rule does not fit. A TVM schedule primitive that refuses also means "does not fit";
+    an exception raised by the rule's own code is a bug (`lower.strict`).
     """
 
     name = "rule"
@@ -58,13 +62,25 @@ class CpuRule(ScheduleRule):
             if not blocks:
                 return None
             return self.schedule(sch, blocks, target)
-        except Exception as exc:  # noqa: BLE001 - schedule errors, analysis gaps, rule bugs: all keep the default
-            log.debug(
-                "schedule rule %s gave up on a function: %s",
-                self.name,
-                str(exc).splitlines()[0] if str(exc) else exc,
-            )
+        except Exception as exc:  # noqa: BLE001 - TVM refusing a primitive means "does not fit"
+            if raised_by_us(exc):  # our own code failed: a bug in the rule (raises in strict mode)
+                own_failure(f"schedule rule {self.name!r} on kernel {_kernel_name(func)}", exc)
+            else:
+                log.debug(
+                    "schedule rule %s does not fit a function: %s",
+                    self.name,
+                    str(exc).splitlines()[0] if str(exc) else exc,
+                )
             return None
+
+
+#: the kernel `ApplySchedules` is scheduling, for bug reports (rules see only the PrimFunc)
+_KERNEL: contextvars.ContextVar[str] = contextvars.ContextVar("nxrt_kernel", default="")
+
+
+def _kernel_name(func: tirx.PrimFunc) -> str:
+    symbol = _KERNEL.get() or (func.attrs.get("global_symbol") if func.attrs is not None else None)
+    return repr(str(symbol)) if symbol else "(unnamed)"
 
 
 def _is_scheduled(func: tirx.PrimFunc) -> bool:
@@ -95,6 +111,7 @@ class ApplySchedules:
     def __init__(self, rules: Sequence[CpuRule]):
         self.rules = list(rules)
 
+    @own_pass
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         target = Target.current(allow_none=True)
         updates = {}
@@ -105,7 +122,11 @@ class ApplySchedules:
             func_target = func_target or target
             if func_target is None:
                 continue
-            found = schedule_with_rules(func, func_target, self.rules)
+            token = _KERNEL.set(gvar.name_hint)
+            try:
+                found = schedule_with_rules(func, func_target, self.rules)
+            finally:
+                _KERNEL.reset(token)
             if found is not None:
                 rule, sch = found
                 updates[gvar] = (
@@ -159,7 +180,8 @@ def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int) -> None:
 
 
 def parallel_outer(sch: s_tir.Schedule, loops: Sequence) -> None:
-    """Fuse leading `loops` until there is enough work per thread (not all of them), and run that loop in parallel."""
+    """Fuse leading `loops` until there is enough work per
+    thread (not all of them), and run that loop in parallel."""
     lead, work = [], 1
     for loop in loops:
         lead.append(loop)

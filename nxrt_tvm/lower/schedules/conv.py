@@ -1,4 +1,5 @@
-"""Convolution (NHWC after `CONV_LAYOUT`, any kernel size/stride/padding): ``out[n, h, w, oc] = sum pad(x) * W``.
+"""Convolution (NHWC after `CONV_LAYOUT`, any kernel
+size/stride/padding): ``out[n, h, w, oc] = sum pad(x) * W``.
 
 The padding is its own parallel loop; the register tile is output channels
 (vectorised, contiguous HWIO weight vectors, packed into panels when constant)

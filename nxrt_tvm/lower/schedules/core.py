@@ -122,8 +122,8 @@ def pick_i_tile(extent: int | None, tile: int) -> int:
 
 
 def _packable_weight(sch: s_tir.Schedule, shape: ContractionShape) -> tirx.Buffer | None:
-    """The ``W[b..., r..., j]`` operand when it is a layout-free parameter read by plain iterators (or constants):
-    batch iterators ``b`` (batch matmul), then reduction iterators ``r``."""
+    """The ``W[b..., r..., j]`` operand when it is a layout-free parameter read by plain iterators
+    (or constants): batch iterators ``b`` (batch matmul), then reduction iterators ``r``."""
     func = sch.mod["main"]
     free = func.attrs.get("layout_free_buffers") if func.attrs is not None else None
     if not free:
@@ -157,7 +157,8 @@ def _packable_weight(sch: s_tir.Schedule, shape: ContractionShape) -> tirx.Buffe
 
 
 def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int) -> None:
-    """Read `weight` through a ``[J / tile, r..., tile]`` copy made by a layout-rewrite block (folded at compile time)."""
+    """Read `weight` through a ``[J / tile, r..., tile]`` copy
+    made by a layout-rewrite block (folded at compile time)."""
     index = next(k for k, region in enumerate(sch.get(block).reads) if region.source.same_as(weight))
     packed = sch.cache_read(block, index, "global")
     sch.annotate(packed, LAYOUT_REWRITE, True)

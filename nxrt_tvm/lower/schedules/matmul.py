@@ -12,7 +12,8 @@ __all__ = ["Matmul"]
 
 
 class Matmul(CpuRule):
-    """One reduction axis, two operands: register tile 8 rows x 2 vectors, epilogue fused, constant weights packed."""
+    """One reduction axis, two operands: register tile 8 rows
+    x 2 vectors, epilogue fused, constant weights packed."""
 
     name = "matmul"
 

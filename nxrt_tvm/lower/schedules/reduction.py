@@ -23,6 +23,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.s_tir.dlight.cpu import Reduction as _DlightReduction
 
+from ..strict import own_failure, raised_by_us
 from .base import CpuRule, extent_of, parallel_outer, parallel_vectorize, vector_lanes
 from .core import contraction_shape, pick_j_tile
 
@@ -68,12 +69,15 @@ class Normalization(CpuRule):
     def apply(self, func, target, tunable):
         try:
             return _DlightReduction().apply(func, target, tunable) if target.kind.name == "llvm" else None
-        except Exception:  # noqa: BLE001 - any failure keeps TVM's default for this function
+        except Exception as exc:  # noqa: BLE001 - dlight refusing the function keeps TVM's default
+            if raised_by_us(exc):
+                own_failure(f"schedule rule {self.name!r}", exc)
             return None
 
 
 class RowReduction(CpuRule):
-    """Softmax-like: reductions of the last axis of one set of rows, all computed inside one parallel row loop."""
+    """Softmax-like: reductions of the last axis of one set
+    of rows, all computed inside one parallel row loop."""
 
     name = "row-reduction"
 
@@ -106,7 +110,8 @@ class RowReduction(CpuRule):
             ):
                 return None
         for info in blocks[:-1]:
-            # one consumer: inlined; more (softmax's exp, read by its sum and its normalisation): computed once per row
+            # one consumer: inlined; more (softmax's exp, read by
+            # its sum and its normalisation): computed once per row
             if info.is_injective() and len(sch.get_consumers(info.block_rv)) == 1:
                 sch.compute_inline(info.block_rv)
         partials = []

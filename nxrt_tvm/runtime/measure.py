@@ -27,8 +27,8 @@ from onnx import TensorProto, helper
 from ..api.device import DeviceId, DeviceType
 from ..api.tensor import TensorView, aligned_empty
 from ..graph.model import GraphView
+from ..lower.build import partition_model
 from ..timing import median_seconds
-from .build import partition_model
 from .kernel import TvmKernel
 
 __all__ = ["measure_partition", "ort_run_floor_us"]
@@ -73,7 +73,8 @@ def ort_run_floor_us() -> float:
 def measure_partition(
     graph: GraphView, nodes: Sequence[int], name: str, module: object, budget_s: float
 ) -> tuple[float, float] | None:
-    """(TVM us, onnxruntime us net of its run floor) per call on static random inputs; None for symbolic sizes."""
+    """(TVM us, onnxruntime us net of its run floor) per
+    call on static random inputs; None for symbolic sizes."""
     inputs, outputs = graph.boundary(nodes)
     arrays = _inputs(graph, inputs)
     if arrays is None:
@@ -92,6 +93,7 @@ def measure_partition(
 
 
 def _ort_seconds(model: onnx.ModelProto, feeds: dict, budget_s: float) -> float:
-    """onnxruntime's median time on `model`; its session (and its spinning threads) is gone when this returns."""
+    """onnxruntime's median time on `model`; its session
+    (and its spinning threads) is gone when this returns."""
     session = _session(model)
     return median_seconds(lambda: session.run(None, feeds), 100, warmup=3, budget_s=budget_s)

@@ -1,19 +1,11 @@
-"""Per-op claim checks for the TVM EP: conditions the Relax ONNX frontend or the build rejects.
+"""The rule kit: the registry of per-op rules, the `rule` decorator and the checks rules share.
 
 One registry keyed by (domain, op type, since-opset), like the frontend's
 versioned converters; each entry is a function that calls `require`/`deny`
 for every ordinary reason the op would fail to import, legalise, build or
-give a wrong answer. Generic checks (op in the convert map, opset range,
-dtypes, control flow) live in `providers/tvm.py`'s claim loop; only
-op-specific ones belong here.
-
-Every rule was found by `tools/probe_frontend.py` (onnx's backend node cases,
-plus variants with constant operands and a symbolic batch dim) on TVM 0.27:
-the comment above a rule says what happens without it. The rules live in two
-modules by op family, imported at the bottom of this one:
-
-- `tvm_rules_shape`: shape, indexing, reduction and resampling ops;
-- `tvm_rules_nn`: arithmetic, normalisation, pooling, conv, quantisation.
+give a wrong answer. The rules themselves live in `shape` and `nn`; the
+generic checks every node passes first (domain, converter, opset, dtypes,
+control flow) in `generic`, and the whole-partition ones in `group`.
 
 The frontend turns a `Shape` output into a Relax shape value, which only a
 few converters accept; `rule()` runs that check (`require_no_shape_inputs`)
@@ -27,10 +19,9 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ..api.claim import Rejected, require
-from ..api.registry import OpKey, OpRegistry
-from ..frontend import convert_map
-from .node_context import NodeContext
+from ...api.claim import Rejected, require
+from ...api.registry import OpKey, OpRegistry
+from ..node_context import NodeContext
 
 __all__ = ["TVM_OP_RULES", "OpRule", "rule", "IMPORT_TIME_INPUTS"]
 
@@ -183,7 +174,10 @@ def require_no_shape_inputs(ctx: NodeContext) -> None:
                 f"input {i} ({name!r}) is the output of a Shape op, which the Relax frontend keeps as a "
                 f"shape value that {ctx.op_type} cannot take",
                 accepts=f"tensor inputs; shape values only into {', '.join(sorted(SHAPE_VALUE_OPS))}",
-                remediation=f"{FALLBACK}; fold the shape arithmetic to constants (e.g. onnxsim with static input shapes)",
+                remediation=(
+                    f"{FALLBACK}; fold the shape arithmetic to "
+                    "constants (e.g. onnxsim with static input shapes)"
+                ),
             )
 
 
@@ -308,7 +302,10 @@ def require_exact_values(ctx: NodeContext) -> None:
         require(
             not half,
             Rejected.DTYPE,
-            f"{half[0] if half else ''} inputs: TVM accumulates {op} in that type (0.5 % off onnxruntime at 256 terms)",
+            (
+                f"{half[0] if half else ''} inputs: TVM accumulates "
+                f"{op} in that type (0.5 % off onnxruntime at 256 terms)"
+            ),
             accepts="float32 / float64 (and integer) inputs",
             remediation=f"{FALLBACK}; or cast to float32 around the op to let TVM take it",
         )
@@ -320,8 +317,10 @@ def require_exact_values(ctx: NodeContext) -> None:
         require(
             not floats,
             Rejected.DTYPE,
-            f"{floats[0] if floats else ''} input: TVM's {op} returns {'-' if op == 'ReduceMax' else '+'}3.4e38, "
-            f"not {'-' if op == 'ReduceMax' else '+'}inf, for a slice that is all {'-' if op == 'ReduceMax' else '+'}inf",
+            f"{floats[0] if floats else ''} input: TVM's {op} "
+            f"returns {'-' if op == 'ReduceMax' else '+'}3.4e38, "
+            f"not {'-' if op == 'ReduceMax' else '+'}inf, for a slice "
+            f"that is all {'-' if op == 'ReduceMax' else '+'}inf",
             accepts="integer inputs",
             remediation=FALLBACK,
         )
@@ -351,8 +350,3 @@ def register_shape_input_check(op_types: Iterable[str]) -> None:
         TVM_OP_RULES.register(
             OpKey("", op, 1), require_exact_values if op in SHAPE_VALUE_OPS else _generic_checks
         )
-
-
-from . import tvm_rules_nn, tvm_rules_shape  # noqa: E402,F401  (registers the rules)
-
-register_shape_input_check(convert_map())  # every other op the frontend converts gets the Shape-input check

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import tvm
 
-from ..epcontext.compat import hardware_of
+from .target import hardware_of
 
 __all__ = ["device_key", "device_log_dir", "DEFAULT_LOG_DIR"]
 

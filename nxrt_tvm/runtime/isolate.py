@@ -1,4 +1,5 @@
-"""Compile in a forked child process, so that TVM aborting or crashing while compiling costs a decline, not the process.
+"""Compile in a forked child process, so that TVM aborting or
+crashing while compiling costs a decline, not the process.
 
 TVM reports most failures as exceptions, but a bug in a pass, in LLVM code
 generation or in a user pass can end in `abort()` or a segfault, and a model
@@ -26,7 +27,7 @@ import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..api.errors import CompileFailed
+from ..api.errors import CompileFailed, InternalError
 
 __all__ = ["fork_available", "run_isolated"]
 
@@ -44,12 +45,15 @@ def _child(fn: Callable[[], object], write_fd: int) -> None:
     # TVM's thread pool came across too, without its worker threads: a parallel kernel run while compiling
     # (FoldConstant) would wait for them forever. With one thread, TVM runs parallel loops inline.
     os.environ["TVM_NUM_THREADS"] = "1"
-    faulthandler.disable()  # a crash here is reported by the parent, as a decline; no traceback dump on stderr
+    # a crash here is reported by the parent, as a decline; no traceback dump on stderr
+    faulthandler.disable()
     try:
         try:
             payload = pickle.dumps(("ok", fn()), protocol=pickle.HIGHEST_PROTOCOL)
         except CompileFailed as exc:
             payload = pickle.dumps(("failed", str(exc)))
+        except InternalError as exc:  # a bug of ours (strict mode): loud in the parent too
+            payload = pickle.dumps(("internal", str(exc)))
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as text
             payload = pickle.dumps(("failed", f"{type(exc).__name__}: {exc}"))
         view = memoryview(payload)
@@ -73,7 +77,8 @@ def _read_all(read_fd: int, pid: int, deadline: float) -> bytes:
 
 
 def run_isolated(fn: Callable[[], T], what: str, timeout_s: float) -> T:
-    """`fn()` run in a forked child; its (picklable) result, or `CompileFailed` if it failed, crashed or hung."""
+    """`fn()` run in a forked child; its (picklable) result,
+    or `CompileFailed` if it failed, crashed or hung."""
     read_fd, write_fd = os.pipe()
     with (
         warnings.catch_warnings()
@@ -102,4 +107,6 @@ def run_isolated(fn: Callable[[], T], what: str, timeout_s: float) -> T:
     kind, value = pickle.loads(data)
     if kind == "failed":
         raise CompileFailed(value)
+    if kind == "internal":
+        raise InternalError(value)
     return value

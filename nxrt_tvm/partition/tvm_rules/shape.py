@@ -1,10 +1,10 @@
-"""TVM claim rules for shape, indexing, reduction and resampling ops (see `tvm_rules`)."""
+"""TVM claim rules for shape, indexing, reduction and resampling ops (see `kit`)."""
 
 from __future__ import annotations
 
-from ..api.claim import Rejected, deny, require
-from .node_context import NodeContext
-from .tvm_rules import FALLBACK, is_shape_derived, require_attr, require_const, rule
+from ...api.claim import Rejected, deny, require
+from ..node_context import NodeContext
+from .kit import FALLBACK, is_shape_derived, require_attr, require_const, rule
 
 # -- shape-producing ops: the target shape must be known when importing ------------------
 
@@ -275,7 +275,9 @@ def _tile(ctx: NodeContext) -> None:
         Rejected.OP,
         "Tile is miscompiled by TVM 0.27's LLVM AVX-512 code generation (wrong values at some shapes)",
         accepts="Tile on targets without AVX-512",
-        remediation=f"{FALLBACK}; or target a CPU without AVX-512 (target={{'kind': 'llvm', 'mcpu': 'x86-64-v3'}})",
+        remediation=(
+            f"{FALLBACK}; or target a CPU without AVX-512 (target={{'kind': 'llvm', 'mcpu': 'x86-64-v3'}})"
+        ),
     )
 
 
@@ -319,9 +321,12 @@ def require_bounded_indices(
         deny(
             Rejected.INPUT,
             f"{what} (input {i}, {name!r}) are computed at run time, and TVM does not bounds-check them for "
-            f"{ctx.node.op_type}: an out-of-range index reads or writes outside the tensor and can crash the process",
+            f"{ctx.node.op_type}: an out-of-range index reads or "
+            "writes outside the tensor and can crash the process",
             accepts=f"constant {what} within the data's bounds",
-            remediation=f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim)",
+            remediation=(
+                f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim)"
+            ),
         )
     if value is None:
         require(
@@ -330,16 +335,22 @@ def require_bounded_indices(
             f"{what} (input {i}, {name!r}) are read from tensor data at run time; the TVM EP takes run-time "
             f"{what} only where they are computed from tensor shapes (and bounds-checks them)",
             accepts=f"constant {what} within the data's bounds, or {what} computed from tensor shapes",
-            remediation=f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim)",
+            remediation=(
+                f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim)"
+            ),
         )
         data, indices = ctx.inputs[0].shape if ctx.inputs[0] is not None else None, ctx.inputs[i].shape
         require(
             data is not None and (not nd or (bool(indices) and isinstance(indices[-1], int))),
             Rejected.SHAPE,
-            f"{what} (input {i}, {name!r}) are read at run time and must be checked there, but the data's rank"
+            f"{what} (input {i}, {name!r}) are read at run time "
+            "and must be checked there, but the data's rank"
             + (" or the indices' last dim is unknown" if nd else " is unknown"),
             accepts=f"run-time {what} into data of known rank" + (" with a static last dim" if nd else ""),
-            remediation=f"{FALLBACK}, which bounds-checks indices; run shape inference on the model (onnx.shape_inference)",
+            remediation=(
+                f"{FALLBACK}, which bounds-checks indices; run shape "
+                "inference on the model (onnx.shape_inference)"
+            ),
         )
         return
     for values, extent in extents(value):

@@ -1,10 +1,11 @@
-"""TVM claim rules for arithmetic, normalisation, pooling, conv, quantisation and misc ops (see `tvm_rules`)."""
+"""TVM claim rules for arithmetic, normalisation, pooling, conv, quantisation and misc ops (see `kit`)."""
 
 from __future__ import annotations
 
-from ..api.claim import Rejected, deny, require
-from .node_context import NodeContext
-from .tvm_rules import FALLBACK, is_shape_derived, require_attr, require_const, require_outputs, rule
+from ...api.claim import Rejected, deny, require
+from ..node_context import NodeContext
+from .kit import FALLBACK, is_shape_derived, require_attr, require_const, require_outputs, rule
+from .shape import require_bounded_indices
 
 _FLOATS = ("float16", "float", "double")
 
@@ -28,9 +29,15 @@ def require_static_broadcast(ctx: NodeContext, skip_axis: int | None = None) -> 
         require(
             not (consts and symbolic),
             Rejected.SHAPE,
-            f"dim {rank - k} is symbolic ({symbolic[0] if symbolic else ''!s}) in one input and {sorted(consts)} in another",
+            (
+                f"dim {rank - k} is symbolic ({symbolic[0] if symbolic else ''!s}) "
+                f"in one input and {sorted(consts)} in another"
+            ),
             accepts="inputs whose broadcast dims are both static, both the same symbol, or 1",
-            remediation=f"{FALLBACK}; export with matching dim names, or fix the dims (onnxsim --overwrite-input-shape)",
+            remediation=(
+                f"{FALLBACK}; export with matching dim names, or "
+                "fix the dims (onnxsim --overwrite-input-shape)"
+            ),
         )
 
 
@@ -68,10 +75,14 @@ def _equal(ctx: NodeContext) -> None:
     require(
         not computed,
         Rejected.INPUT,
-        f"input {computed[0] if computed else ''} is computed from tensor shapes, which the frontend compares at import "
+        f"input {computed[0] if computed else ''} is computed from "
+        "tensor shapes, which the frontend compares at import "
         "time (wrongly for symbolic dims)",
         accepts="tensor data, or constants",
-        remediation=f"{FALLBACK}; fix the symbolic dims (SessionOptions.add_free_dimension_override_by_name) or fold them (onnxsim)",
+        remediation=(
+            f"{FALLBACK}; fix the symbolic dims "
+            "(SessionOptions.add_free_dimension_override_by_name) or fold them (onnxsim)"
+        ),
     )
     require_static_broadcast(ctx)
 
@@ -87,7 +98,9 @@ def _where(ctx: NodeContext) -> None:
         f"condition {ctx.node.input[0]!r} is computed at run time and both branches are shape values, "
         "which the frontend folds at import (selecting the wrong branch)",
         accepts="a constant condition, or branches that are tensor data",
-        remediation=f"{FALLBACK}; fold the shape computation to constants (onnxsim, or free-dimension overrides)",
+        remediation=(
+            f"{FALLBACK}; fold the shape computation to constants (onnxsim, or free-dimension overrides)"
+        ),
     )
     require_static_broadcast(ctx)
 
@@ -215,7 +228,10 @@ def _conv_transpose(ctx: NodeContext) -> None:
     require(
         got is not None and list(wanted)[-nsp:] == got,
         Rejected.ATTRIBUTE,
-        f"output_shape={list(wanted)} differs from the {got or 'unknown'} that pads/strides/output_padding give",
+        (
+            f"output_shape={list(wanted)} differs from the "
+            f"{got or 'unknown'} that pads/strides/output_padding give"
+        ),
         accepts="no output_shape, or one equal to what pads, strides and output_padding give",
         remediation=f"{FALLBACK}; export with explicit pads and output_padding",
     )
@@ -226,7 +242,6 @@ def _conv_transpose(ctx: NodeContext) -> None:
 def _roialign(ctx: NodeContext) -> None:
     require_attr(ctx, "mode", ("avg",), "avg", accepts="mode=avg (the default)")
     # batch_indices are not bounds-checked by TVM (see require_bounded_indices).
-    from .tvm_rules_shape import require_bounded_indices
 
     batch = ctx.inputs[0].shape[0] if ctx.inputs[0] is not None and ctx.inputs[0].shape else None
     require_bounded_indices(ctx, 2, lambda v: [(v, batch)], allow_negative=False, what="batch_indices")
@@ -370,7 +385,6 @@ def _max_unpool(ctx: NodeContext) -> None:
         and ctx.graph.nodes[producer].domain in ("", "ai.onnx")
     ):
         return
-    from .tvm_rules_shape import require_bounded_indices
 
     require_bounded_indices(ctx, 1, lambda v: [(v, _unpool_extent(ctx))], allow_negative=False)
 

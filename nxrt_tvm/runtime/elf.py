@@ -37,7 +37,8 @@ def _segments(blob: bytes, phoff: int, phnum: int) -> list[tuple[int, int, int, 
 
 
 def elf_problem(blob: bytes, arch: str) -> str | None:
-    """What makes `blob` unsafe to hand to dlopen as a 64-bit little-endian shared library of `arch`, or None."""
+    """What makes `blob` unsafe to hand to dlopen as a
+    64-bit little-endian shared library of `arch`, or None."""
     size = len(blob)
     if size < _HEADER.size or blob[:4] != b"\x7fELF":
         return "it is not an ELF shared library"

@@ -5,8 +5,9 @@ Two databases per device key, both in TVM's JSON format: MetaSchedule's own
 rules' schedule of every tuned kernel, measured the same way (the baseline a
 searched schedule must beat; kept apart because the search seeds itself from
 its database, and replaying a rule's layout rewrite there fails). The searched
-record wins where it measured `SEARCHED_MARGIN` faster than the rule's. A kernel takes the record of its own workload when one
-exists; otherwise the record of a kernel with the same *anchor* operation (the same matmul or conv
+record wins where it measured `SEARCHED_MARGIN` faster than the rule's. A
+kernel takes the record of its own workload when one exists; otherwise the
+record of a kernel with the same *anchor* operation (the same matmul or conv
 with another epilogue: MetaSchedule's ``anchor-block`` module equality) is
 transferred to it with MetaSchedule's anchor-trace application. A record whose
 trace is the default rule's own schedule (tuning measures it as a candidate,
@@ -27,8 +28,9 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
 
-from ..lower.tir_pipeline import tir_pipeline_for
-from .device import device_key, device_log_dir
+from .device_key import device_key, device_log_dir
+from .strict import own_pass
+from .tir_pipeline import tir_pipeline_for
 
 __all__ = [
     "open_database",
@@ -49,13 +51,14 @@ log = logging.getLogger(__name__)
 _FILES = ("database_workload.json", "database_tuning_record.json")
 #: subfolder of a device key's folder holding the default rules' measured schedules
 BASELINE_DIR = "default_schedules"
-#: MetaSchedule's run time for a candidate that failed to build or run (1e10 s); anything this slow is no record.
+#: MetaSchedule's run time for a candidate that failed to
+#: build or run (1e10 s); anything this slow is no record.
 FAILED_RUN_SECS = 1e9
-#: A searched schedule replaces the default rule's only when it measured this much faster: MetaSchedule times a
-#: kernel alone (warm caches, one kernel at a time), and inside a model the two differ by about as much.
+#: A searched schedule replaces the default rule's only when it measured this much faster: MetaSchedule times
+#: a kernel alone (warm caches, one kernel at a time), and inside a model the two differ by about as much.
 SEARCHED_MARGIN = 0.05
-#: PrimFunc attribute: how a tuning record scheduled the function ("exact", "anchor"), "rule-best", or "unfit" (a
-#: matching record failed to replay: the default rules schedule it).
+#: PrimFunc attribute: how a tuning record scheduled the function ("exact", "anchor"),
+#: "rule-best", or "unfit" (a matching record failed to replay: the default rules schedule it).
 TUNING_ATTR = "nxrt.tuning_record"
 
 
@@ -83,7 +86,8 @@ def _valid(record: ms.database.TuningRecord | None) -> bool:
 
 @dataclass(frozen=True)
 class RecordMatch:
-    """The best record for a kernel and how it matched: "exact" (same workload) or "anchor" (same anchor op)."""
+    """The best record for a kernel and how it matched:
+    "exact" (same workload) or "anchor" (same anchor op)."""
 
     record: ms.database.TuningRecord
     how: str
@@ -136,8 +140,8 @@ class TuningDatabase:
         return self.best(workload_module(func)) is not None
 
     def searched_trials(self, mod: tvm.IRModule) -> int:
-        """How many searched schedules of `mod` were measured: MetaSchedule commits each as it runs, so this is
-        where a search killed mid-task resumes (the state file only counts finished tasks)."""
+        """How many searched schedules of `mod` were measured: MetaSchedule commits each as it runs,
+        so this is where a search killed mid-task resumes (the state file only counts finished tasks)."""
         if not self.database.has_workload(mod):
             return 0
         return len(self.database.get_top_k(self.database.commit_workload(mod), 1 << 30))
@@ -154,7 +158,8 @@ class TuningDatabase:
         return _top(self.database, mod)
 
     def commit_searched(self, mod: tvm.IRModule, trace: s_tir.Trace, run_secs, target, args_info) -> None:
-        """Record a searched schedule measured again (the database keeps every measurement; the fastest counts)."""
+        """Record a searched schedule measured again (the
+        database keeps every measurement; the fastest counts)."""
         self._commit(self.database, mod, trace, run_secs, target, args_info)
 
     def _commit(
@@ -202,7 +207,8 @@ class TuningDatabase:
 
 
 def database_digest(directory: Path) -> str:
-    """sha256 over the database files (baseline included): part of compile-cache keys, so new records invalidate old builds."""
+    """sha256 over the database files (baseline included): part
+    of compile-cache keys, so new records invalidate old builds."""
     digest = hashlib.sha256()
     for folder in (Path(directory), Path(directory) / BASELINE_DIR):
         for name in _FILES:
@@ -249,7 +255,8 @@ def _schedule(func: tvm.tirx.PrimFunc, match: RecordMatch, target: tvm.target.Ta
 
 @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.ApplyTuningRecords")
 class ApplyTuningRecords:
-    """Schedule each PrimFunc from the device's records (see the module docstring); tag how with `TUNING_ATTR`.
+    """Schedule each PrimFunc from the device's records
+    (see the module docstring); tag how with `TUNING_ATTR`.
 
     Runs inside the target's scope, before the default schedule rules, which
     then take every function left unscheduled.
@@ -258,6 +265,7 @@ class ApplyTuningRecords:
     def __init__(self, database: TuningDatabase):
         self.database = database
 
+    @own_pass
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         target = tvm.target.Target.current(allow_none=False)
         updates = {}

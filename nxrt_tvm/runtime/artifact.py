@@ -16,8 +16,8 @@ import tvm
 from tvm import relax
 
 from ..api.errors import CompileFailed, EpLoadFailed
-from ..epcontext.elf import elf_problem
-from .target import host_arch
+from ..lower.target import host_arch
+from .elf import elf_problem
 
 __all__ = ["export_executable", "load_executable"]
 
@@ -26,7 +26,8 @@ def export_executable(executable: relax.VMExecutable) -> bytes:
     """The shared library of a compiled partition, as bytes (links with the system C++ compiler)."""
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         raise CompileFailed(
-            "exporting a compiled partition needs a C++ compiler (g++) on PATH; install one (e.g. apt-get install g++)"
+            "exporting a compiled partition needs a C++ compiler "
+            "(g++) on PATH; install one (e.g. apt-get install g++)"
         )
     with tempfile.TemporaryDirectory(prefix="nxrt-tvm-export-") as tmp:
         path = Path(tmp) / "partition.so"
@@ -35,7 +36,8 @@ def export_executable(executable: relax.VMExecutable) -> bytes:
 
 
 def _scratch_dir() -> str | None:
-    """A memory-backed folder (tmpfs) for the file dlopen needs; writing a large blob to disk costs more than loading it."""
+    """A memory-backed folder (tmpfs) for the file dlopen needs;
+    writing a large blob to disk costs more than loading it."""
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
@@ -43,7 +45,7 @@ def _scratch_dir() -> str | None:
 def load_executable(blob: bytes, name: str) -> tvm.runtime.Module:
     """Load a blob made by `export_executable`; the temp file is unlinked once it is mapped.
 
-    Malformed ELF is refused before dlopen, which would crash on it (see `epcontext.elf`).
+    Malformed ELF is refused before dlopen, which would crash on it (see `runtime.elf`).
     """
     problem = elf_problem(blob, host_arch())
     if problem is not None:

@@ -15,7 +15,7 @@ from ..api.kernel import Kernel, KernelVariant
 from ..api.tensor import ALIGNMENT, TensorView, aligned_empty
 from ..frontend import GuardFailure, parse_guard_failure
 from ..graph.model import ValueInfo
-from .target import tvm_device
+from ..lower.target import tvm_device
 
 __all__ = ["TvmKernel"]
 
@@ -152,7 +152,8 @@ class TvmKernel(Kernel):
         return [_as_view(_unaliased(value, used), want) for value, want in zip(outputs, self._output_dtypes)]
 
     def _bad_index(self, guard: GuardFailure, inputs: Sequence[TensorView]) -> str:
-        """The first out-of-range index, where the indices are this kernel's input and index one dim of known size."""
+        """The first out-of-range index, where the indices are
+        this kernel's input and index one dim of known size."""
         if guard.indices not in self.input_names or len(guard.extents) != 1 or guard.extents[0] is None:
             return ""
         n = guard.extents[0]

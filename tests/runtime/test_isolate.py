@@ -1,4 +1,5 @@
-"""Compilation in a forked child: results, failures and crashes come back; inherited runtime state cannot hang it."""
+"""Compilation in a forked child: results, failures and
+crashes come back; inherited runtime state cannot hang it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import tvm
 from tvm.script import tirx as T
 
 from nxrt_tvm.api.errors import CompileFailed
-from nxrt_tvm.lower.isolate import fork_available, run_isolated
+from nxrt_tvm.runtime.isolate import fork_available, run_isolated
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="needs os.fork")
 
@@ -31,7 +32,8 @@ def _run_parallel_kernel() -> float:
 
 
 def test_parallel_kernels_run_in_the_child_after_the_parent_started_its_pool():
-    """The pool's workers stay in the parent; FoldConstant runs kernels while compiling: they must run inline."""
+    """The pool's workers stay in the parent; FoldConstant
+    runs kernels while compiling: they must run inline."""
     assert _run_parallel_kernel() == 8192.0  # the parent's pool now has worker threads
     assert run_isolated(_run_parallel_kernel, "a parallel kernel", timeout_s=60) == 8192.0
 

@@ -1,0 +1,35 @@
+"""TVM claim policy, in one place: what the TVM EP claims, and why it declines the rest.
+
+A node is claimed when it passes `generic.check_generic` (option, domain, control flow,
+converter, opset, dtypes) and the rule registered for its (domain, op type, opset) in
+`TVM_OP_RULES` (`shape`: shape, indexing, reduction and resampling ops; `nn`: arithmetic,
+normalisation, pooling, conv, quantisation; shared checks in `kit`). A candidate partition
+then passes `group.check_group`. Every rule was found by `tools/probe_frontend.py` (onnx's
+backend node cases, plus variants with constant operands and a symbolic batch dim) on TVM 0.27:
+the comment above a rule says what happens without it. The support profile
+(`tools/support_profile.py`) is this policy applied to the backend suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from ...frontend import convert_map
+from ..node_context import NodeContext
+from . import nn, shape  # noqa: F401  (importing them registers their rules)
+from .generic import SUPPORTED_ELEM_TYPES, check_generic
+from .group import check_group
+from .kit import IMPORT_TIME_INPUTS, TVM_OP_RULES, register_shape_input_check
+
+__all__ = ["TVM_OP_RULES", "IMPORT_TIME_INPUTS", "SUPPORTED_ELEM_TYPES", "check_node", "check_group"]
+
+register_shape_input_check(convert_map())  # every other op the frontend converts gets the Shape-input check
+
+
+def check_node(ctx: NodeContext, excluded: Collection[str] = ()) -> None:
+    """Raise `DeclineSignal` unless TVM can import, build and run this node (`excluded`: op types
+    the user keeps off TVM)."""
+    check_generic(ctx, excluded)
+    rule = TVM_OP_RULES.lookup(ctx.domain, ctx.op_type, ctx.opset)
+    if rule is not None:
+        rule(ctx)
