@@ -42,7 +42,7 @@ from nxrt_tvm.tuning import device_key  # noqa: E402
 
 def _kinds(session) -> Counter:
     kinds: Counter[str] = Counter()
-    for kernel in session._kernels:
+    for kernel in session.kernels().values():
         for v in kernel.variants():
             if v.variant.startswith("tuned"):
                 kinds[v.variant] += 1

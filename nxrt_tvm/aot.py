@@ -11,6 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .api.provider import EpConfig
 from .epcontext.writer import write_context_model
 from .graph.model import ModelSource, load_model
 from .partition.plan import PartitionPlan, make_plan
@@ -61,7 +62,7 @@ def compile_model(
     if tuning_logs is not None:
         options["tuning_logs"] = tuning_logs
     tvm_ep = TvmExecutionProvider(target=target, weightless=weightless, **options)
-    tvm_ep.show_progress = progress
+    tvm_ep.initialize(EpConfig(show_progress=progress))
     plan = make_plan(graph, [tvm_ep, CPUExecutionProvider()])
     compiled = [p for p in plan.partitions if p.ep == tvm_ep.ep_id]
     contexts = {}

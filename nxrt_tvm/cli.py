@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -431,6 +432,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from .epcontext.cache import CompileCache
+
+    if not args.cache_dir.is_dir():
+        raise InvalidProviderOptions(f"{args.cache_dir} is not a compile cache folder (no such directory)")
+    cache = CompileCache(args.cache_dir)
+    if args.action == "clear":
+        before = cache.total_bytes()
+        cache.clear()
+        print(f"removed {before} bytes of compiled partitions from {args.cache_dir}")
+        return 0
+    entries = cache.entries()
+    if args.json:
+        print(json.dumps({"entries": [e.__dict__ for e in entries], "total_bytes": cache.total_bytes()}))
+        return 0
+    print(f"{len(entries)} compiled partition(s), {cache.total_bytes()} bytes, in {args.cache_dir}")
+    for e in entries:
+        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_used))
+        print(f"  {e.key[:16]}  {e.size:>12} bytes  last used {used}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nxrt-tvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -488,6 +511,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=int, default=50)
     bench.add_argument("--seed", type=int, default=0)
     bench.set_defaults(func=_cmd_bench)
+    cache = sub.add_parser("cache", help="list or clear a compile cache (the cache_dir provider option)")
+    cache.add_argument("action", choices=("ls", "clear"))
+    cache.add_argument("cache_dir", type=Path)
+    cache.add_argument("--json", action="store_true", help="machine-readable output")
+    cache.set_defaults(func=_cmd_cache)
     _add_ort_plugin_cli(sub)
     return parser
 

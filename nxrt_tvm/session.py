@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from .api.errors import (
     UnknownInput,
 )
 from .api.kernel import Kernel
-from .api.provider import ExecutionProvider
+from .api.provider import EpConfig, ExecutionProvider
 from .api.tensor import TensorView
 from .epcontext.loader import ResolvedContexts, resolve_contexts
 from .epcontext.registry import build_ep_context_registry
@@ -103,9 +103,9 @@ class InferenceSession:
             model = onnx.ModelProto.FromString(model.SerializeToString())  # never edit the caller's proto
         override_free_dims(model, dict(self.config.free_dimension_overrides))
         self._providers = _make_providers(providers, provider_options)
+        ep_config = EpConfig(compile_disabled=self.config.disable_model_compile)
         for ep in self._providers:
-            if hasattr(ep, "compile_disabled"):
-                ep.compile_disabled = self.config.disable_model_compile
+            ep.initialize(ep_config)
         contexts = resolve_contexts(
             model, model_dir, build_ep_context_registry(self._providers), self.config.context_on_mismatch
         )
@@ -116,9 +116,9 @@ class InferenceSession:
         # A partition none of whose results is read (dead code in the model) is neither compiled nor run.
         self._live = [p for p in self.plan.partitions if p.outputs]
         fallback_only = all(p.ep == FALLBACK_EP for p in self._live)
-        for ep in self._providers:
-            if hasattr(ep, "shares_cores"):
-                ep.shares_cores = not fallback_only
+        if fallback_only:  # no other EP's kernels run between the fallback's: let its pool spin
+            for ep in self._providers:
+                ep.initialize(replace(ep_config, shares_cores=False))
         self._kernels: list[Kernel] = []
         for partition in self._live:
             kernel = preloaded.get(partition.name)
@@ -191,6 +191,17 @@ class InferenceSession:
 
     def get_providers(self) -> list[str]:
         return [str(p.ep_id) for p in self._providers]
+
+    def provider(self, ep_id: str) -> ExecutionProvider:
+        """The session's EP named `ep_id` (e.g. to read `TvmExecutionProvider.stats`)."""
+        for ep in self._providers:
+            if ep.ep_id == ep_id:
+                return ep
+        raise KeyError(f"this session has no {ep_id}; it has {self.get_providers()}")
+
+    def kernels(self) -> dict[str, Kernel]:
+        """Partition name -> its kernel, for the partitions that run (in run order)."""
+        return {p.name: k for p, k in zip(self._live, self._kernels)}
 
     def kernel_variants(self) -> dict[str, list]:
         """Partition name -> the implementation of each of its kernels (`KernelVariant`s), for the partitions

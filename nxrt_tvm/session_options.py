@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .api.errors import InvalidProviderOptions
+from .options import as_bool
 
 __all__ = ["SessionOptions", "SessionConfig", "CONFIG_KEYS"]
 
@@ -58,10 +59,7 @@ class SessionOptions:
 
 
 def _flag(entries: Mapping[str, str], key: str) -> bool:
-    value = entries.get(key, "0").strip().lower()
-    if value not in ("0", "1", "true", "false"):
-        raise InvalidProviderOptions(f"session config {key!r} must be '0' or '1', got {value!r}")
-    return value in ("1", "true")
+    return as_bool(key, entries.get(key, "0"), "session config")
 
 
 @dataclass(frozen=True)

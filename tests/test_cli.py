@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
+import nxrt_tvm as nx
 from nxrt_tvm.cli import main
 
 
@@ -40,7 +41,9 @@ def test_run_check_with_inputs_file(capsys, tmp_path):
     )
     report = json.loads(capsys.readouterr().out)
     assert report["check"]["ok"] and report["outputs"]["probs"] == [3, 10]
-    assert report["latency_ms"]["ratio"] > 0
+    latency = report["latency_ms"]
+    assert latency["nxrt_tvm"] > 0 and latency["onnxruntime"] > 0 and latency["repeat"] == 2
+    assert latency["ratio"] == pytest.approx(latency["nxrt_tvm"] / latency["onnxruntime"], rel=0.01, abs=1e-3)
 
 
 def test_run_check_default_model(capsys):
@@ -110,7 +113,10 @@ def test_bench_reports_ratio_and_kernel_variants(capsys, tmp_path):
     onnx.save(model_zoo.cnn(), path)
     assert main(["bench", str(path), "--repeat", "3", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["ratio"] > 0 and report["threads"] >= 1
+    assert report["nxrt_tvm_ms"] > 0 and report["onnxruntime_ms"] > 0 and report["threads"] >= 1
+    assert report["ratio"] == pytest.approx(
+        report["nxrt_tvm_ms"] / report["onnxruntime_ms"], rel=0.01, abs=1e-3
+    )
     assert sum(report["kernels"].values()) >= 1
     assert all(v["reason"] for vs in report["variants"].values() for v in vs)
 
@@ -180,3 +186,17 @@ def test_conv_algorithm_option_reaches_the_compile(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:  # argparse's usage error, naming the choices
         main(["plan", str(path), "--conv-algorithm", "fft"])
     assert exit_info.value.code == 2 and "choose from 'auto', 'direct'" in capsys.readouterr().err
+
+
+def test_cache_ls_and_clear(capsys, tmp_path):
+    cache_dir = tmp_path / "cache"
+    nx.InferenceSession(model_zoo.cnn(), provider_options=[{"cache_dir": str(cache_dir)}, {}])
+    assert main(["cache", "ls", str(cache_dir), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert len(listing["entries"]) == 1 and listing["total_bytes"] == listing["entries"][0]["size"] > 0
+    assert main(["cache", "clear", str(cache_dir)]) == 0
+    assert f"removed {listing['total_bytes']} bytes" in capsys.readouterr().out
+    assert main(["cache", "ls", str(cache_dir)]) == 0
+    assert "0 compiled partition(s), 0 bytes" in capsys.readouterr().out
+    assert main(["cache", "ls", str(tmp_path / "missing")]) == 2
+    assert "not a compile cache folder" in capsys.readouterr().err

@@ -140,7 +140,7 @@ def test_fallback_spins_only_where_it_runs_alone():
     runs the whole plan, off where TVM kernels run between."""
 
     def spinning(sess):
-        return next(p for p in sess._providers if p.ep_id == "CPUExecutionProvider").spinning
+        return sess.provider("CPUExecutionProvider").spinning
 
     model = model_zoo.unsupported_op()
     assert not spinning(nx.InferenceSession(model))  # TVM partitions around the fallback one
@@ -171,8 +171,18 @@ def test_a_result_that_is_a_staged_input_survives_the_next_run():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     session = nx.InferenceSession(model, providers=["TvmExecutionProvider", "CPUExecutionProvider"])
-    assert [k.name for k in session._kernels if hasattr(k, "module")]
+    assert [k.name for k in session.kernels().values() if hasattr(k, "module")]
     first = session.run(None, {"x": _misaligned(1.0)})[0]
     second = session.run(None, {"x": _misaligned(2.0)})[0]
     np.testing.assert_array_equal(first, np.ones((4, 16), np.float32))
     np.testing.assert_array_equal(second, np.full((4, 16), 2.0, np.float32))
+
+
+def test_introspection_names_each_partitions_kernel_and_the_providers():
+    sess = nx.InferenceSession(model_zoo.cycle_trap())
+    live = [p.name for p in sess.plan.partitions if p.outputs]
+    assert list(sess.kernels()) == live and len(live) == 3
+    assert {type(k).__name__ for k in sess.kernels().values()} == {"TvmKernel", "OrtKernel"}
+    assert sess.provider("TvmExecutionProvider").ep_id == "TvmExecutionProvider"
+    with pytest.raises(KeyError, match="no NoSuchExecutionProvider"):
+        sess.provider("NoSuchExecutionProvider")

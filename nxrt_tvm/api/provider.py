@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import onnx
@@ -13,7 +14,7 @@ from .device import DeviceId, EpId
 from .errors import UnsupportedContext
 from .kernel import Kernel
 
-__all__ = ["ExecutionProvider", "Graph"]
+__all__ = ["EpConfig", "ExecutionProvider", "Graph"]
 
 
 @runtime_checkable
@@ -35,12 +36,30 @@ class Graph(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class EpConfig:
+    """What the session tells every EP through `initialize` (the contract's `EpConfig`)."""
+
+    #: session.disable_model_compile: any compile is an error (deploy from EPContext models only)
+    compile_disabled: bool = False
+    #: whether another EP's kernels run between this EP's (a spinning thread pool would starve them)
+    shares_cores: bool = True
+    #: progress bars for long compiles: None shows them on a terminal only
+    show_progress: bool | None = None
+
+
 class ExecutionProvider(abc.ABC):
     """One backend. The session asks it, in priority order, which subgraphs it takes,
     compiles each claim once, and calls the resulting kernels on every run."""
 
     ep_id: EpId
     device: DeviceId
+    config: EpConfig = EpConfig()
+
+    def initialize(self, config: EpConfig) -> None:
+        """Take the session's settings: called before `claim`, and again before `compile` where the
+        plan changes one (`shares_cores`)."""
+        self.config = config
 
     @abc.abstractmethod
     def claim(self, graph: Graph, taken: Sequence[Collection[int]] = ()) -> ClaimResult:
@@ -57,7 +76,10 @@ class ExecutionProvider(abc.ABC):
     def save_context(self, kernel: Kernel) -> Any:
         raise UnsupportedContext(str(self.ep_id))
 
-    def load_context(self, context: Any) -> Kernel:
+    def load_context(
+        self, context: Any, initializers: Mapping[str, onnx.TensorProto] | None = None
+    ) -> Kernel:
+        """A kernel from a saved context; `initializers` are the model's, for blobs built weightless."""
         raise UnsupportedContext(str(self.ep_id))
 
     def optimizer_passes(self) -> list[Any]:

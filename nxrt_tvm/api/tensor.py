@@ -67,10 +67,6 @@ class TensorView:
             self.shape = tuple(int(d) for d in obj.shape)
             self.dtype = _numpy_dtype(str(obj.dtype))
 
-    @classmethod
-    def of(cls, obj: Any) -> "TensorView":
-        return obj if isinstance(obj, TensorView) else cls(obj)
-
     @property
     def owner(self) -> Any:
         """The object that owns the memory (keep it alive as long as the view)."""

@@ -170,9 +170,6 @@ class GraphView:
                 self.consumers.setdefault(name, []).append(i)
 
     # -- structure ------------------------------------------------------------------
-    def node_name(self, index: int) -> str:
-        return self.nodes[index].name
-
     def opset_of(self, index: int) -> int:
         domain = normalize_domain(self.nodes[index].domain)
         return self.opsets.get(domain, 1)

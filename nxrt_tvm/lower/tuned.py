@@ -136,9 +136,6 @@ class TuningDatabase:
     def _databases(self) -> list[ms.database.Database]:
         return [self.database] + ([self.baseline] if self.baseline is not None else [])
 
-    def has_record(self, func: tvm.tirx.PrimFunc) -> bool:
-        return self.best(workload_module(func)) is not None
-
     def searched_trials(self, mod: tvm.IRModule) -> int:
         """How many searched schedules of `mod` were measured: MetaSchedule commits each as it runs,
         so this is where a search killed mid-task resumes (the state file only counts finished tasks)."""

@@ -17,9 +17,9 @@ from ..api.provider import ExecutionProvider
 from ..api.tensor import TensorView
 from ..graph.extract import extract_model
 from ..graph.model import GraphView
+from ..options import as_bool, as_int, reject_unknown
 from ..partition.claims import make_claims
 from ..partition.grouping import group_nodes
-from .options import as_int, reject_unknown
 
 __all__ = ["CPUExecutionProvider", "OrtKernel"]
 
@@ -65,13 +65,11 @@ class CPUExecutionProvider(ExecutionProvider):
         # onnxruntime's pool spins after each run; between TVM partitions that starves TVM's own pool
         # (a transformers BERT with 23 partitions: 68 ms spinning vs 1.0 ms without), but where onnxruntime
         # runs the whole model spinning is what keeps its small kernels fast. None: decide per session.
-        self.allow_spinning = None if allow_spinning is None else str(allow_spinning).lower() in ("1", "true")
-        #: set by the session: whether other EPs' kernels run between this EP's partitions
-        self.shares_cores = True
+        self.allow_spinning = None if allow_spinning is None else as_bool("allow_spinning", allow_spinning)
 
     @property
     def spinning(self) -> bool:
-        return self.allow_spinning if self.allow_spinning is not None else not self.shares_cores
+        return self.allow_spinning if self.allow_spinning is not None else not self.config.shares_cores
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "CPUExecutionProvider":

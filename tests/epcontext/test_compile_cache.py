@@ -18,7 +18,7 @@ def _session(model, cache_dir) -> nx.InferenceSession:
 
 
 def _stats(sess):
-    return next(p for p in sess._providers if p.ep_id == TVM).stats
+    return sess.provider(TVM).stats
 
 
 def test_second_session_hits_the_cache(tmp_path):
@@ -46,11 +46,11 @@ def test_a_change_to_the_kernel_generating_code_rebuilds(tmp_path, monkeypatch):
     """The key holds a digest of the converters, passes and
     rules: a cache written by older code is not served."""
     from nxrt_tvm.lower import pipeline
-    from nxrt_tvm.providers import tvm as tvm_ep
+    from nxrt_tvm.providers.tvm import builder as tvm_builder
 
     _session(model_zoo.cnn(seed=0), tmp_path)
     assert _stats(_session(model_zoo.cnn(seed=0), tmp_path))["cache_hits"] > 0
-    monkeypatch.setattr(tvm_ep, "codegen_digest", lambda: "another rule set")
+    monkeypatch.setattr(tvm_builder, "codegen_digest", lambda: "another rule set")
     assert _stats(_session(model_zoo.cnn(seed=0), tmp_path))["cache_hits"] == 0
     assert len(pipeline.codegen_digest()) == 64 and pipeline.codegen_digest() == pipeline.codegen_digest()
 

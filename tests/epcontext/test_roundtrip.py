@@ -40,7 +40,7 @@ def _deploy_options() -> nx.SessionOptions:
 
 
 def _tvm_ep(sess: nx.InferenceSession):
-    return next(p for p in sess._providers if p.ep_id == TVM)
+    return sess.provider(TVM)
 
 
 @pytest.mark.parametrize("embed", [True, False], ids=["embedded", "external"])
@@ -100,8 +100,8 @@ def test_weightless_blobs_share_one_copy_of_weights(source, tmp_path):
     size = lambda report: sum(f.stat().st_size for f in report.files if f.suffix == ".so")  # noqa: E731
     assert size(lean) < size(full)
     sess = nx.InferenceSession(tmp_path / "lean.onnx", _deploy_options())
-    weights = {w for k in sess._kernels for w in getattr(k, "weight_names", ())}
-    assert weights and len(_tvm_ep(sess)._weights) == len(weights)
+    weights = {w for k in sess.kernels().values() for w in getattr(k, "weight_names", ())}
+    assert weights and len(_tvm_ep(sess).weights) == len(weights)
     feeds = model_zoo.make_inputs("default_model")
     assert_parity(sess.run(None, feeds), ort_run(source, feeds))
 

@@ -286,7 +286,7 @@ def test_no_rules_builds_tvm_default_and_matches():
     for case in ("matmul_5x33x17", "conv3x3s2_2x8x15x15", "softmax_3x17"):
         model, _, tol = CASES[case]
         session = _run_both(model, tol, schedule_passes=[])
-        kernels = [v for k in session._kernels for v in k.variants()]
+        kernels = [v for k in session.kernels().values() for v in k.variants()]
         assert kernels and all(v.variant == "tvm-default" for v in kernels)
         funcs = _prim_funcs(_lowered(model, schedule_passes=[]))
         assert not any(f.attrs is not None and RULE_ATTR in f.attrs for f in funcs.values())
@@ -345,7 +345,7 @@ def test_symbolic_injective_kernels_keep_tvm_default():
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     session = nx.InferenceSession(model)
-    variants = [v.variant for k in session._kernels for v in k.variants()]
+    variants = [v.variant for k in session.kernels().values() for v in k.variants()]
     assert variants == ["tvm-default"]
     x = RNG.standard_normal((3, 12, 64)).astype(np.float32)
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], x.transpose(1, 0, 2))

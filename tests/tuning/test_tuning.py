@@ -193,7 +193,7 @@ def test_records_apply_to_this_device_only(tuned, tmp_path):
     model = _matmul_model()
     feeds = {"x": np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)}
     sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(logs)}, {}])
-    variants = [v for k in sess._kernels for v in k.variants()]
+    variants = [v for k in sess.kernels().values() for v in k.variants()]
     assert len(variants) == 1 and _record_applied(variants[0]), variants
     assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
 
@@ -201,14 +201,14 @@ def test_records_apply_to_this_device_only(tuned, tmp_path):
     other = tmp_path / "logs"
     shutil.copytree(logs / device_key(make_target("llvm")), other / "llvm-x86_64-othercpu-2c-00000000")
     sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(other)}, {}])
-    assert not any(_record_applied(v) for k in sess._kernels for v in k.variants())
+    assert not any(_record_applied(v) for k in sess.kernels().values() for v in k.variants())
 
 
 def _variants_with_logs(model, feeds, logs) -> list[str]:
     """Compile with `logs`, check the session against onnxruntime, and return its kernels' variants."""
     sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(logs)}, {}])
     assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
-    return [v.variant for k in sess._kernels for v in k.variants()]
+    return [v.variant for k in sess.kernels().values() for v in k.variants()]
 
 
 def test_record_of_the_same_anchor_op_is_transferred(tuned, tmp_path):

@@ -319,18 +319,6 @@ def _attention(ctx: NodeContext) -> None:
     )
 
 
-# Without: OptionalHasElement with no input fails to import.
-@rule("OptionalHasElement")
-def _optional_has_element(ctx: NodeContext) -> None:
-    require(
-        len(ctx.node.input) > 0,
-        Rejected.INPUT,
-        "no input at all (an empty optional)",
-        accepts="an input value",
-        remediation=FALLBACK,
-    )
-
-
 # -- symbolic dims -----------------------------------------------------------------------------
 
 

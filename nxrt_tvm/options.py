@@ -1,13 +1,25 @@
-"""Provider-option parsing shared by the EPs (onnxruntime passes options as strings)."""
+"""Option parsing shared by the EPs and the session config (onnxruntime passes options as strings)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from ..api.errors import InvalidProviderOptions
+from .api.errors import InvalidProviderOptions
 
-__all__ = ["as_int", "as_seconds", "as_str_list", "reject_unknown"]
+__all__ = ["as_bool", "as_int", "as_seconds", "as_str_list", "reject_unknown"]
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def as_bool(name: str, value: Any, what: str = "option") -> bool:
+    """A flag: a bool, 0/1, or the strings onnxruntime's configs use ('1', 'true', '0', 'false', ...)."""
+    text = str(value).strip().lower()
+    if isinstance(value, bool) or text in _TRUE + _FALSE:
+        return bool(value) if isinstance(value, bool) else text in _TRUE
+    raise InvalidProviderOptions(f"{what} {name!r} must be '0' or '1' (or true/false), got {value!r}")
 
 
 def as_int(name: str, value: Any, minimum: int = 0) -> int:

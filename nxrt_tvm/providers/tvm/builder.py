@@ -1,0 +1,138 @@
+"""Builds partitions: proof builds during claims, the compile cache, bisection to the culprit, the sandbox.
+
+A claim is proven by building it (or by a compile-cache hit); `compile()` later picks the module up
+from `built`, so a partition is built once per session.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import tvm
+
+from ...api.claim import DeclineSignal, Rejected
+from ...api.device import DeviceId
+from ...api.errors import CompileFailed
+from ...api.kernel import KernelVariant
+from ...epcontext.cache import CompileCache, cache_key
+from ...epcontext.record import FORMAT_VERSION
+from ...graph.model import GraphView
+from ...lower.build import compile_partition, locate_failure, partition_model
+from ...lower.pipeline import Lowering, codegen_digest
+from ...lower.target import tvm_device
+from ...partition.claims import partition_name
+from ...runtime.artifact import export_executable, load_executable
+from ...runtime.isolate import fork_available, run_isolated
+from .options import TvmOptions
+
+__all__ = ["PartitionBuilder"]
+
+Built = tuple[Any, "bytes | None"]  #: (module, blob): module None on a compile-only host (CUDA, no GPU)
+
+
+class PartitionBuilder:
+    """One EP's builds: what they produced (`built`), how each kernel was scheduled (`variants`), counts."""
+
+    def __init__(self, options: TvmOptions, lowering: Lowering, device: DeviceId):
+        self.target = options.target
+        self.device = tvm_device(device)
+        self.lowering = lowering
+        # Compile in a forked child (where the OS can fork), so a TVM crash costs a decline, not the process.
+        self.isolate = options.compile_isolation == "process" and fork_available()
+        self.timeout_s = options.compile_timeout_s
+        self.cache = (
+            None if options.cache_dir is None else CompileCache(options.cache_dir, options.cache_max_bytes)
+        )
+        self.built: dict[str, Built] = {}
+        #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
+        self.variants: dict[str, list[KernelVariant]] = {}
+        self.stats: Counter[str] = Counter()
+
+    def prove(self, graph: GraphView, group: tuple[int, ...]) -> dict[int, DeclineSignal]:
+        """Build `group` (or find it in the cache); on failure, the node whose addition breaks the build."""
+        name = partition_name(graph, group, "tvm")
+        key = self.cache_key(graph, group, name) if self.cache is not None else None
+        if key is not None:
+            entry = self.cache.get(key)
+            if entry is not None:  # built and proven before; the cache verified its sha256
+                self.built[name] = (load_executable(entry.blob, name), entry.blob)
+                self.variants[name] = [KernelVariant(*v) for v in entry.meta.get("variants", [])]
+                self.stats["cache_hits"] += 1
+                return {}
+
+        def attempt(nodes: list[int], variants: list[KernelVariant] | None = None) -> Built:
+            return self.build(graph, nodes, name, (), variants)
+
+        variants: list[KernelVariant] = []
+        try:
+            executable, blob = attempt(list(group), variants)
+        except CompileFailed:
+            culprit, message = locate_failure(group, attempt)
+        else:
+            if key is not None:
+                blob = blob if blob is not None else export_executable(executable)
+                meta = {
+                    "partition": name,
+                    "target": self.target.kind.name,
+                    "variants": [[v.name, v.variant, v.reason] for v in variants],
+                }
+                self.cache.put(key, blob, meta)
+            self.built[name] = (executable, blob)
+            self.variants[name] = variants
+            return {}
+        return {
+            culprit: DeclineSignal(
+                Rejected.BUILD,
+                f"TVM cannot compile it in this context: {message}",
+                (
+                    "what tvm.relax.frontend.onnx imports and TVM builds (shape-like "
+                    "inputs must be constants or computed in the same partition)"
+                ),
+                (
+                    "runs on the fallback EP; fold run-time shapes to "
+                    "constants (onnxsim) or export with static shapes"
+                ),
+            )
+        }
+
+    def build(
+        self,
+        graph: GraphView,
+        nodes: Sequence[int],
+        name: str,
+        weights: Sequence[str],
+        variants: list[KernelVariant] | None,
+    ) -> Built:
+        """(module, blob) of a node set: built in a forked child
+        and loaded here when isolated (blob set), else in process."""
+        self.stats["builds"] += 1
+        if not self.isolate:
+            return compile_partition(graph, nodes, name, self.target, self.lowering, weights, variants), None
+
+        def child() -> tuple[bytes, list[KernelVariant]]:
+            notes: list[KernelVariant] = []
+            executable = compile_partition(graph, nodes, name, self.target, self.lowering, weights, notes)
+            return export_executable(executable), notes
+
+        blob, notes = run_isolated(child, f"partition {name} ({len(nodes)} nodes)", self.timeout_s)
+        if variants is not None:
+            variants[:] = notes
+        # A compile-only host (CUDA code, no GPU) cannot load
+        # the library; the blob still goes into EPContexts.
+        return (load_executable(blob, name) if self.device.exist else None), blob
+
+    def cache_key(self, graph: GraphView, group: tuple[int, ...], name: str) -> str:
+        """Everything that shapes the compiled code: partition
+        graph and weights, target, TVM, passes, our code."""
+        model = partition_model(graph, group, name)
+        return cache_key(
+            model.SerializeToString(deterministic=True),
+            json.dumps(dict(self.target.export()), sort_keys=True, default=str),
+            tvm.__version__,
+            f"nxrt-tvm/{FORMAT_VERSION}",
+            self.lowering.digest(),
+            codegen_digest(),
+        )

@@ -1,0 +1,221 @@
+"""TvmExecutionProvider: the claim loop and the contract's methods, composed from this package's parts."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import onnx
+import tvm
+from tqdm import tqdm
+
+from ...api.claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, SubgraphClaim
+from ...api.device import EpId
+from ...api.errors import CompileDisabled, UnsupportedContext
+from ...api.kernel import Kernel, KernelVariant
+from ...api.provider import ExecutionProvider
+from ...epcontext.record import EpContext
+from ...graph.model import GraphView
+from ...lower.build import weight_names
+from ...lower.pipeline import Lowering
+from ...lower.target import hardware_of, target_device
+from ...lower.tuned import open_database
+from ...partition.claims import make_claims, partition_name
+from ...partition.grouping import group_nodes
+from ...partition.node_context import NodeContext
+from ...partition.tvm_rules import check_group, check_node
+from ...runtime.kernel import TvmKernel
+from .builder import PartitionBuilder
+from .context import context_of, kernel_of
+from .cost import judge_cost
+from .options import TvmOptions
+from .weights import DeviceWeights
+
+__all__ = ["TvmExecutionProvider"]
+
+
+class TvmExecutionProvider(ExecutionProvider):
+    """Compiles maximal acyclic subgraphs through TVM Relax for `llvm` (host CPU) or `cuda`."""
+
+    ep_id = EpId("TvmExecutionProvider")
+    OPTIONS = TvmOptions.names()
+
+    def __init__(self, **options: Any):
+        """Options as keywords (`TvmOptions` lists them; onnxruntime-style strings are accepted)."""
+        self.options = TvmOptions.parse(str(self.ep_id), options)
+        self.target = self.options.target
+        self.device = target_device(self.target)
+        self.target_features = frozenset(hardware_of(self.target)[1])
+        tuning_logs = self.options.tuning_logs
+        self.lowering = Lowering(
+            self.options.passes,
+            self.options.schedule_passes,
+            None if tuning_logs is None else open_database(tuning_logs, self.target),
+            self.options.conv_algorithm,
+        )
+        self.builder = PartitionBuilder(self.options, self.lowering, self.device)
+        self.weights = DeviceWeights(self.device)
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> TvmExecutionProvider:
+        return cls(**options)
+
+    @property
+    def stats(self):
+        """Counts of builds, cache hits, compiled and loaded partitions."""
+        return self.builder.stats
+
+    @property
+    def variants(self) -> dict[str, list[KernelVariant]]:
+        return self.builder.variants
+
+    def optimizer_passes(self) -> list[tvm.transform.Pass]:
+        return list(self.lowering.user_passes)
+
+    # -- capability ------------------------------------------------------------------
+    def check_node(self, ctx: NodeContext) -> None:
+        """Raise `DeclineSignal` unless TVM can import, build and run this node (`partition.tvm_rules`)."""
+        check_node(ctx, self.options.op_types_to_exclude)
+
+    def claim(self, graph: GraphView, taken: Sequence[Collection[int]] = ()) -> ClaimResult:
+        skip = {n for group in taken for n in group}
+        accepted: set[int] = set()
+        declines: list[Decline] = []
+        for i in range(len(graph.nodes)):
+            if i in skip:
+                continue
+            ctx = NodeContext(graph, i, self.target_features)
+            try:
+                self.check_node(ctx)
+                accepted.add(i)
+            except DeclineSignal as signal:
+                declines.append(self._decline(ctx, signal))
+        if accepted and self.config.compile_disabled:
+            first = graph.nodes[min(accepted)]
+            raise CompileDisabled(
+                f"{len(accepted)} node(s) (first: {first.name!r}, "
+                f"{first.op_type}) would be compiled by {self.ep_id}, "
+                "but model compilation is disabled; compile the model ahead of time (nxrt-tvm compile) "
+                "or drop session.disable_model_compile"
+            )
+        # Node checks cannot see context: verify each group builds as a whole, decline the
+        # node that breaks it, regroup, and repeat until every group is honest.
+        verified: set[tuple[int, ...]] = set()
+        while True:
+            groups = group_nodes(graph, accepted, taken)
+            rejected: dict[int, DeclineSignal] = {}
+            pending = [g for g in groups if g not in verified]
+            show = self.config.show_progress
+            bar = tqdm(
+                pending,
+                desc="compiling partitions",
+                unit="partition",
+                leave=False,
+                disable=True if len(pending) < 2 else (None if show is None else not show),
+            )
+            for group in bar:
+                if group not in verified:
+                    problems = check_group(graph, group) or self.builder.prove(graph, group)
+                    rejected.update(problems)
+                    if not problems:
+                        verified.add(group)
+            if not rejected:
+                break
+            for i, signal in sorted(rejected.items()):
+                accepted.discard(i)
+                declines.append(self._decline(NodeContext(graph, i), signal))
+        kept = []
+        costs: dict[tuple[int, ...], Cost] = {}
+        minimum = self.options.min_subgraph_size
+        for group in groups:
+            if len(group) >= minimum:
+                slower = self._cost(graph, group, costs) if self.options.claim_policy == "cost" else None
+                if slower is None:
+                    kept.append(group)
+                    continue
+                declines.extend(self._decline(NodeContext(graph, i), slower) for i in group)
+                continue
+            for i in group:
+                signal = DeclineSignal(
+                    Rejected.PARTITION,
+                    f"its partition has {len(group)} node(s), below min_subgraph_size={minimum}",
+                    f"partitions of at least {minimum} nodes",
+                    "lower min_subgraph_size to compile small partitions",
+                )
+                declines.append(self._decline(NodeContext(graph, i), signal))
+        claims = tuple(
+            replace(c, cost=costs.get(c.nodes, Cost())) for c in make_claims(graph, self.ep_id, kept, "tvm")
+        )
+        return ClaimResult(claims, tuple(declines))
+
+    def _cost(self, graph: GraphView, group: tuple[int, ...], costs: dict) -> DeclineSignal | None:
+        name = partition_name(graph, group, "tvm")
+        built = self.builder.built.get(name)
+        costs[group], slower = judge_cost(
+            graph, group, name, None if built is None else built[0], self.device, self.options.cost_budget_s
+        )
+        return slower
+
+    def _decline(self, ctx: NodeContext, signal: DeclineSignal) -> Decline:
+        return Decline(
+            node=ctx.name,
+            op_type=ctx.op_type,
+            domain=ctx.domain,
+            opset=ctx.opset,
+            ep=self.ep_id,
+            rejected=signal.rejected,
+            detail=signal.detail,
+            accepts=signal.accepts,
+            remediation=signal.remediation,
+        )
+
+    # -- compilation -----------------------------------------------------------------
+    def build(self, graph: GraphView, claim: SubgraphClaim) -> tuple[Any, tuple[str, ...], bytes | None]:
+        """The module for a claim, the weights it takes as
+        inputs (weightless builds only), and its blob if known."""
+        if self.config.compile_disabled:
+            raise CompileDisabled(
+                f"partition {claim.name} ({len(claim.nodes)} nodes) "
+                "needs compiling but model compilation is disabled; "
+                "compile the model ahead of time (nxrt-tvm compile) or drop session.disable_model_compile"
+            )
+        weights = weight_names(graph, claim.nodes) if self.options.weightless else ()
+        built = None if weights else self.builder.built.pop(claim.name, None)
+        if built is None:
+            variants: list[KernelVariant] = []
+            built = self.builder.build(graph, claim.nodes, claim.name, weights, variants)
+            self.builder.variants[claim.name] = variants
+        self.builder.stats["compiled"] += 1
+        return built[0], weights, built[1]
+
+    def compile(self, graph: GraphView, claim: SubgraphClaim) -> TvmKernel:
+        module, weights, blob = self.build(graph, claim)
+        return TvmKernel(
+            module,
+            self.device,
+            claim.name,
+            [graph.info(i) for i in claim.inputs],
+            [graph.info(o) for o in claim.outputs],
+            [(w, self.weights.bind(w, graph.initializers)) for w in weights],
+            blob=blob,
+            variants=self.builder.variants.get(claim.name, ()),
+        )
+
+    # -- EPContext -------------------------------------------------------------------
+    def save_context(self, kernel: Kernel) -> EpContext:
+        if not isinstance(kernel, TvmKernel):
+            raise UnsupportedContext(str(self.ep_id), f"cannot save a {type(kernel).__name__}")
+        database = self.lowering.database
+        return context_of(
+            kernel, str(self.ep_id), self.target, database.digest if database is not None else ""
+        )
+
+    def load_context(
+        self, context: EpContext, initializers: Mapping[str, onnx.TensorProto] | None = None
+    ) -> TvmKernel:
+        """Check the blob fits this host (raising `ContextRejected`
+        before any native code loads), then load it."""
+        kernel = kernel_of(context, self.target, self.device, self.weights, initializers or {})
+        self.builder.stats["loaded"] += 1
+        return kernel
