@@ -22,6 +22,7 @@ from .graph.model import GraphView, load_model
 from .lower.schedules import CONV_ALGORITHMS
 from .ort.cli import add_cli as _add_ort_plugin_cli
 from .partition.plan import make_plan
+from .runtime.ort_session import ort_session
 from .session import InferenceSession
 from .session_options import SessionOptions
 from .timing import interleaved_medians
@@ -141,16 +142,11 @@ def random_feeds(graph: GraphView, dims: dict[str, int], seed: int = 0) -> dict[
 
 def _reference(model: Path):
     """onnxruntime on the same model (its source, for EPContext models) with TVM's thread count."""
-    import onnxruntime as ort
-
     threads = int(os.environ["TVM_NUM_THREADS"])
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
     proto = onnx.load(str(model))
     if any(is_ep_context(n) for n in proto.graph.node):  # compare with the source the blobs came from
         proto = restore_sources(proto)
-    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]), threads
+    return ort_session(proto.SerializeToString(), threads), threads
 
 
 def _size_sets(args: argparse.Namespace) -> list[dict[str, int]]:

@@ -26,7 +26,6 @@ import logging
 import os
 import re
 import struct
-import tempfile
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from ..api.errors import EpError
-from .writer import new_file_mode
+from ..fileio import atomic_file, fsync_dir
 
 __all__ = ["CacheEntry", "CacheEntryInfo", "CacheError", "CompileCache", "cache_key"]
 
@@ -97,16 +96,6 @@ def _check_key(key: object) -> str:
             f"invalid cache key {key!r}: expected a hex string of 16-128 characters (e.g. from cache_key())"
         )
     return key.lower()  # one spelling per key, also on case-insensitive file systems
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename survive a power cut; best effort (not every platform opens directories)."""
-    with suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class CompileCache:
@@ -187,28 +176,20 @@ class CompileCache:
         except (TypeError, ValueError) as e:
             raise ValueError(f"meta for cache key {key} is not JSON-serialisable: {e}") from e
         path = self._path(key)
-        tmp = None
+
+        def publish(tmp: str) -> None:
+            with self._locked():  # the slow part (writing) ran outside the lock
+                os.replace(tmp, path)
+                os.utime(path, ns=(time.time_ns(),) * 2)  # last used: now
+                fsync_dir(path.parent)
+                self._evict(keep=path)
+
         try:
-            path.parent.mkdir(exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX)
-            os.fchmod(fd, new_file_mode())
-            with os.fdopen(fd, "wb") as f:  # the slow part runs outside the lock
+            with atomic_file(path, prefix=_TMP_PREFIX, publish=publish) as f:
                 f.write(_MAGIC + _HLEN.pack(len(header)) + header)
                 f.write(view)
-                f.flush()
-                os.fsync(f.fileno())
-            with self._locked():
-                os.replace(tmp, path)
-                tmp = None
-                os.utime(path, ns=(time.time_ns(),) * 2)  # last used: now
-                _fsync_dir(path.parent)
-                self._evict(keep=path)
         except OSError as e:
             raise CacheError(f"cannot write cache entry {path}: {e}") from e
-        finally:
-            if tmp is not None:  # failed before the rename: leave no temp file behind
-                with suppress(OSError):
-                    os.unlink(tmp)
 
     def _scan(self, clean: bool) -> list[tuple[Path, os.stat_result]]:
         """All entries with their stats; with `clean` (lock held) remove stale temp files too."""

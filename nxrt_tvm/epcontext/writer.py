@@ -9,7 +9,6 @@ Every file is written atomically (temp file + rename).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -17,47 +16,16 @@ from pathlib import Path
 import onnx
 from onnx import helper
 
+from ..fileio import atomic_write
 from ..graph.model import GraphView
 from ..partition.plan import PartitionPlan
 from .codec import EP_CONTEXT_DOMAIN, encode_node
 from .record import EpContext
 
-__all__ = ["SOURCE_DOMAIN", "write_context_model", "atomic_write", "external_blob_name", "new_file_mode"]
+__all__ = ["SOURCE_DOMAIN", "write_context_model", "external_blob_name"]
 
 #: Domain of the model-local functions that keep each compiled partition's source subgraph.
 SOURCE_DOMAIN = "ai.nxrt_tvm.source"
-
-
-def new_file_mode() -> int:
-    """The mode `open()` gives a new file (0666 less the umask).
-
-    `tempfile.mkstemp` creates 0600 files: renamed into place, a compiled model or
-    tuning log would be unreadable by the service account that deploys it.
-    Read from /proc, as `os.umask` can only be read by setting it (racy across threads).
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o644
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Readers see the old file or the new one, never a partial write."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def external_blob_name(model_path: Path, partition: str) -> str:

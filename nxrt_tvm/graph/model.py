@@ -6,7 +6,6 @@ graph through this one view, so names, order and types are decided once.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 from collections.abc import Iterable
@@ -21,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from ..api.errors import InvalidModel
 from ..api.registry import normalize_domain
+from .order import kahn_order
 
 __all__ = [
     "ValueInfo",
@@ -95,11 +95,18 @@ def _subgraph_free_names(graph: onnx.GraphProto) -> set[str]:
     used: set[str] = set()
     for node in graph.node:
         used.update(n for n in node.input if n)
-        for attr in node.attribute:
-            for sub in _attr_graphs(attr):
-                used |= _subgraph_free_names(sub)
+        used |= implicit_inputs(node)
         defined.update(node.output)
     return used - defined
+
+
+def implicit_inputs(node: onnx.NodeProto) -> set[str]:
+    """Values a node's control-flow bodies read from the enclosing scope."""
+    free: set[str] = set()
+    for attr in node.attribute:
+        for sub in _attr_graphs(attr):
+            free |= _subgraph_free_names(sub)
+    return free
 
 
 def _attr_graphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
@@ -153,10 +160,7 @@ class GraphView:
         self.nodes: list[onnx.NodeProto] = list(graph.node)
         self.node_inputs: list[tuple[str, ...]] = []
         for node in self.nodes:
-            implicit: set[str] = set()
-            for attr in node.attribute:
-                for sub in _attr_graphs(attr):
-                    implicit |= _subgraph_free_names(sub)
+            implicit = implicit_inputs(node)
             explicit = [n for n in node.input if n]
             self.node_inputs.append(tuple(dict.fromkeys([*explicit, *sorted(implicit - set(explicit))])))
         self.producer: dict[str, int] = {}
@@ -253,23 +257,10 @@ def _topological_order(nodes: list[onnx.NodeProto], implicit: list[set[str]]) ->
     deps = [
         {producer[n] for n in [*node.input, *implicit[i]] if n in producer} for i, node in enumerate(nodes)
     ]
-    users: list[list[int]] = [[] for _ in nodes]
-    for i, d in enumerate(deps):
-        for p in d:
-            users[p].append(i)
-    pending = [len(d) for d in deps]
-    ready = [i for i, n in enumerate(pending) if n == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            pending[u] -= 1
-            if pending[u] == 0:
-                heapq.heappush(ready, u)
+    order = kahn_order(deps)
     if len(order) != len(nodes):
-        stuck = [nodes[i].name or nodes[i].op_type for i, n in enumerate(pending) if n][:5]
+        done = set(order)
+        stuck = [nodes[i].name or nodes[i].op_type for i in range(len(nodes)) if i not in done][:5]
         raise InvalidModel(f"the graph has a cycle (nodes involved include {stuck})")
     return order
 
@@ -291,14 +282,7 @@ def _normalise(model: onnx.ModelProto) -> onnx.ModelProto:
             kept.append(node)
         else:
             graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
-    implicit = []
-    for node in kept:
-        free: set[str] = set()
-        for attr in node.attribute:
-            for sub in _attr_graphs(attr):
-                free |= _subgraph_free_names(sub)
-        implicit.append(free)
-    order = _topological_order(kept, implicit)
+    order = _topological_order(kept, [implicit_inputs(node) for node in kept])
     if len(kept) != len(graph.node) or order != list(
         range(len(kept))
     ):  # rewrite only when needed: it copies every node

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from ..api.errors import NoEpForOp
 from ..api.kernel import KernelVariant
 from ..api.provider import ExecutionProvider
 from ..graph.model import GraphView
+from ..graph.order import kahn_order
 
 __all__ = ["PartitionPlan", "make_plan"]
 
@@ -91,21 +91,7 @@ def _order(graph: GraphView, partitions: Sequence[SubgraphClaim]) -> tuple[Subgr
     deps = [
         {owner[q] for n in p.nodes for q in graph.predecessors[n]} - {k} for k, p in enumerate(partitions)
     ]
-    users: list[list[int]] = [[] for _ in partitions]
-    for k, d in enumerate(deps):
-        for q in d:
-            users[q].append(k)
-    pending = [len(d) for d in deps]
-    ready = [(partitions[k].nodes[0], k) for k, n in enumerate(pending) if n == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        _, k = heapq.heappop(ready)
-        order.append(k)
-        for u in users[k]:
-            pending[u] -= 1
-            if pending[u] == 0:
-                heapq.heappush(ready, (partitions[u].nodes[0], u))
+    order = kahn_order(deps, key=lambda k: partitions[k].nodes[0])
     if len(order) != len(partitions):  # the grouping guarantees a DAG; this is its postcondition
         raise AssertionError("partition plan is cyclic: grouping broke its acyclicity guarantee")
     return tuple(partitions[k] for k in order)

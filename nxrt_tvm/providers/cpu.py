@@ -20,6 +20,7 @@ from ..graph.model import GraphView
 from ..options import as_bool, as_int, reject_unknown
 from ..partition.claims import make_claims
 from ..partition.grouping import group_nodes
+from ..runtime.ort_session import ort_session_options
 
 __all__ = ["CPUExecutionProvider", "OrtKernel"]
 
@@ -103,10 +104,7 @@ class CPUExecutionProvider(ExecutionProvider):
 
     def compile(self, graph: GraphView, claim: SubgraphClaim) -> OrtKernel:
         model = extract_model(graph, claim.nodes, claim.inputs, claim.outputs, claim.name)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.intra_op_num_threads
-        options.log_severity_level = 3
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
+        options = ort_session_options(self.intra_op_num_threads, self.spinning)
         try:
             return OrtKernel(model, options, self.device)
         except Exception as exc:

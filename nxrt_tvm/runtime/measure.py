@@ -30,6 +30,7 @@ from ..graph.model import GraphView
 from ..lower.build import partition_model
 from ..timing import median_seconds
 from .kernel import TvmKernel
+from .ort_session import ort_session
 
 __all__ = ["measure_partition", "ort_run_floor_us"]
 
@@ -51,9 +52,7 @@ def _inputs(graph: GraphView, names: Sequence[str]) -> list[np.ndarray] | None:
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort_session(model.SerializeToString())
 
 
 @lru_cache(maxsize=1)

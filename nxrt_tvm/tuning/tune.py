@@ -382,6 +382,6 @@ def _search(
 
 
 def _write_json(path: Path, data: object) -> None:
-    from ..epcontext.writer import atomic_write
+    from ..fileio import atomic_write
 
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True).encode())

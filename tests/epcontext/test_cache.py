@@ -16,7 +16,7 @@ import pytest
 
 from nxrt_tvm.api.errors import EpError
 from nxrt_tvm.epcontext.cache import CacheEntry, CacheError, CompileCache, cache_key
-from nxrt_tvm.epcontext.writer import new_file_mode
+from nxrt_tvm.fileio import new_file_mode
 
 LOGGER = "nxrt_tvm.epcontext.cache"
 

@@ -14,7 +14,7 @@ from parity import DATA, assert_parity, ort_run
 import nxrt_tvm as nx
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.epcontext.loader import restore_sources
-from nxrt_tvm.epcontext.writer import new_file_mode
+from nxrt_tvm.fileio import new_file_mode
 
 TVM = nx.EpId("TvmExecutionProvider")
 
