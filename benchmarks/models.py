@@ -29,55 +29,18 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
-OPSET = 17
-IR_VERSION = 8  # the IR version that goes with opset 17
-
-
-# ----------------------------------------------------------------- helpers
-
-
-class _Graph:
-    """Accumulates nodes and initializers; hands out unique names."""
-
-    def __init__(self, seed: int):
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self._names: set[str] = set()
-
-    def init(self, name: str, arr, dtype=np.float32) -> str:
-        assert name not in self._names, name
-        self._names.add(name)
-        self.inits.append(
-            numpy_helper.from_array(np.ascontiguousarray(np.asarray(arr, dtype=dtype)), name=name)
-        )
-        return name
-
-    def op(self, op_type: str, inputs, name: str, n_out: int = 1, **attrs):
-        """Add one node named ``name``; outputs are ``name`` (or ``name:i``)."""
-        assert name not in self._names, name
-        self._names.add(name)
-        outs = [name] if n_out == 1 else [f"{name}:{i}" for i in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=name, **attrs))
-        return outs[0] if n_out == 1 else outs
-
-    def normal(self, shape, std: float) -> np.ndarray:
-        return (self.rng.standard_normal(shape) * std).astype(np.float32)
-
-    def model(self, name: str, inputs, outputs) -> onnx.ModelProto:
-        graph = helper.make_graph(self.nodes, name, inputs, outputs, initializer=self.inits)
-        model = helper.make_model(
-            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="nxrt-tvm-benchmarks"
-        )
-        model.ir_version = IR_VERSION
-        onnx.checker.check_model(model, full_check=True)
-        return model
+from nxrt_tvm.data.builder import GraphBuilder, value_info
 
 
 def _vi(name: str, shape, elem=TensorProto.FLOAT) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, list(shape))
+    return value_info(name, shape, elem)
+
+
+class _Graph(GraphBuilder):
+    def model(self, name: str, inputs, outputs) -> onnx.ModelProto:
+        return super().model(name, inputs, outputs, producer="nxrt-tvm-benchmarks")
 
 
 def param_count(model: onnx.ModelProto) -> int:

@@ -17,17 +17,15 @@ import sys
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-OPSET = 17
-IR_VERSION = 8  # the IR version that goes with opset 17
+from nxrt_tvm.data import builder
 
-
-# ----------------------------------------------------------------- helpers
+OPSET = builder.OPSET
 
 
 def _init(name: str, arr) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.ascontiguousarray(arr), name=name)
+    return builder.initializer(name, arr)
 
 
 def _f32(arr) -> np.ndarray:
@@ -35,15 +33,11 @@ def _f32(arr) -> np.ndarray:
 
 
 def _vi(name: str, shape, elem=TensorProto.FLOAT) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, list(shape) if shape is not None else None)
+    return builder.value_info(name, shape, elem)
 
 
 def _model(graph: onnx.GraphProto, opset: int = OPSET, extra_opsets=()) -> onnx.ModelProto:
-    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in extra_opsets]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="nxrt-tvm-tests")
-    model.ir_version = IR_VERSION
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return builder.finish_model(graph, "nxrt-tvm-tests", opset, extra_opsets)
 
 
 # ------------------------------------------------------------------ models

@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-OPSET = 17
+from .builder import OPSET, finish_model, initializer
+
 INPUT_NAME = "image"
 OUTPUT_NAME = "probs"
 INPUT_SHAPE = (1, 3, 64, 64)
 NUM_CLASSES = 10
-
-
-def _init(name: str, arr: np.ndarray) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.ascontiguousarray(arr), name=name)
 
 
 def build_default_model(seed: int = 0) -> onnx.ModelProto:
@@ -48,12 +45,12 @@ def build_default_model(seed: int = 0) -> onnx.ModelProto:
         p = f"block{i}"
         inits.extend(
             [
-                _init(f"{p}.conv.weight", w),
-                _init(f"{p}.conv.bias", b),
-                _init(f"{p}.bn.scale", scale),
-                _init(f"{p}.bn.bias", shift),
-                _init(f"{p}.bn.mean", mean),
-                _init(f"{p}.bn.var", var),
+                initializer(f"{p}.conv.weight", w),
+                initializer(f"{p}.conv.bias", b),
+                initializer(f"{p}.bn.scale", scale),
+                initializer(f"{p}.bn.bias", shift),
+                initializer(f"{p}.bn.mean", mean),
+                initializer(f"{p}.bn.var", var),
             ]
         )
         nodes.append(
@@ -101,10 +98,10 @@ def build_default_model(seed: int = 0) -> onnx.ModelProto:
     b2 = (rng.standard_normal(NUM_CLASSES) * 0.01).astype(np.float32)
     inits.extend(
         [
-            _init("head.fc1.weight", w1),
-            _init("head.fc1.bias", b1),
-            _init("head.fc2.weight", w2),
-            _init("head.fc2.bias", b2),
+            initializer("head.fc1.weight", w1),
+            initializer("head.fc1.bias", b1),
+            initializer("head.fc2.weight", w2),
+            initializer("head.fc2.bias", b2),
         ]
     )
     nodes.append(
@@ -128,14 +125,12 @@ def build_default_model(seed: int = 0) -> onnx.ModelProto:
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [1, NUM_CLASSES])],
         initializer=inits,
     )
-    model = helper.make_model(
+    model = finish_model(
         graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="nxrt-tvm",
-        doc_string="nxrt-tvm bundled default model: small CNN classifier with a Celu in the head.",
+        "nxrt-tvm",
+        OPSET,
+        doc="nxrt-tvm bundled default model: small CNN classifier with a Celu in the head.",
     )
-    model.ir_version = 8  # opset 17 <-> IR 8; keeps older runtimes happy
-    onnx.checker.check_model(model, full_check=True)
     return model
 
 
