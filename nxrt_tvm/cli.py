@@ -450,6 +450,20 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rules(args: argparse.Namespace) -> int:
+    from .partition.tvm_rules import support_table
+
+    rows = support_table()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"TVM claim policy: {len(rows)} ops (each also passes the generic domain/opset/dtype checks)")
+    for r in rows:
+        extra = f" [compile-time inputs {r['import_time_inputs']}]" if r["import_time_inputs"] else ""
+        print(f"  {r['op_type']:<28} opset>={r['since_opset']:<3} {r['guards']}{extra}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nxrt-tvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -512,6 +526,9 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument("cache_dir", type=Path)
     cache.add_argument("--json", action="store_true", help="machine-readable output")
     cache.set_defaults(func=_cmd_cache)
+    rules = sub.add_parser("rules", help="print the TVM claim policy: every op it claims, and its checks")
+    rules.add_argument("--json", action="store_true", help="machine-readable output")
+    rules.set_defaults(func=_cmd_rules)
     _add_ort_plugin_cli(sub)
     return parser
 

@@ -200,3 +200,15 @@ def test_cache_ls_and_clear(capsys, tmp_path):
     assert "0 compiled partition(s), 0 bytes" in capsys.readouterr().out
     assert main(["cache", "ls", str(tmp_path / "missing")]) == 2
     assert "not a compile cache folder" in capsys.readouterr().err
+
+
+def test_rules_prints_the_claim_policy_table(capsys):
+    from nxrt_tvm.frontend import convert_map
+
+    assert main(["rules", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_op = {r["op_type"]: r for r in rows}
+    assert set(by_op) == set(convert_map())  # every op the frontend converts, each with what guards it
+    assert all(r["guards"] for r in rows)
+    assert by_op["Reshape"]["import_time_inputs"] == [1] and "runtime shape" in by_op["Reshape"]["guards"]
+    assert "guarded" in by_op["Gather"]["guards"] and by_op["Gather"]["since_opset"] >= 1

@@ -14,14 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from ...frontend import convert_map
+from ...frontend import convert_map, min_opset
 from ..node_context import NodeContext
 from . import nn, shape  # noqa: F401  (importing them registers their rules)
 from .generic import SUPPORTED_ELEM_TYPES, check_generic
 from .group import check_group
 from .kit import IMPORT_TIME_INPUTS, TVM_OP_RULES, register_shape_input_check
 
-__all__ = ["TVM_OP_RULES", "IMPORT_TIME_INPUTS", "SUPPORTED_ELEM_TYPES", "check_node", "check_group"]
+__all__ = [
+    "TVM_OP_RULES",
+    "IMPORT_TIME_INPUTS",
+    "SUPPORTED_ELEM_TYPES",
+    "check_node",
+    "check_group",
+    "support_table",
+]
 
 register_shape_input_check(convert_map())  # every other op the frontend converts gets the Shape-input check
 
@@ -33,3 +40,21 @@ def check_node(ctx: NodeContext, excluded: Collection[str] = ()) -> None:
     rule = TVM_OP_RULES.lookup(ctx.domain, ctx.op_type, ctx.opset)
     if rule is not None:
         rule(ctx)
+
+
+def support_table() -> list[dict]:
+    """The policy as a table, one row per registered (domain, op, since-opset): what `nxrt-tvm rules`
+    prints. Every op here also passes the generic checks first (`generic`); all other ops are declined."""
+    rows = []
+    for key in TVM_OP_RULES.keys():
+        rule = TVM_OP_RULES.lookup(key.domain, key.op_type, key.since_version)
+        rows.append(
+            {
+                "domain": key.domain or "ai.onnx",
+                "op_type": key.op_type,
+                "since_opset": max(key.since_version, min_opset(key.op_type)),
+                "import_time_inputs": list(IMPORT_TIME_INPUTS.get(key.op_type, ())),
+                "guards": rule.guards if rule is not None else "",
+            }
+        )
+    return rows

@@ -15,7 +15,9 @@ alone for the ops that have no rule of their own.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,11 +25,25 @@ from ...api.claim import Rejected, require
 from ...api.registry import OpKey, OpRegistry
 from ..node_context import NodeContext
 
-__all__ = ["TVM_OP_RULES", "OpRule", "rule", "IMPORT_TIME_INPUTS"]
+__all__ = ["TVM_OP_RULES", "OpRule", "Rule", "rule", "IMPORT_TIME_INPUTS"]
 
 OpRule = Callable[[NodeContext], None]
 
-TVM_OP_RULES: OpRegistry[OpRule] = OpRegistry()
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the claim-policy table: an op's checks, and what goes wrong without them."""
+
+    key: OpKey
+    check: OpRule
+    #: what TVM 0.27 does without the rule (the comment above it), or which shared checks it is
+    guards: str
+
+    def __call__(self, ctx: NodeContext) -> None:
+        self.check(ctx)
+
+
+TVM_OP_RULES: OpRegistry[Rule] = OpRegistry()
 
 FALLBACK = "runs on the fallback EP"
 
@@ -74,8 +90,10 @@ def rule(op_type: str, since: int = 1, domain: str = "") -> Callable[[OpRule], O
             require_exact_values(ctx)
             fn(ctx)
 
-        checked.__name__, checked.__doc__ = fn.__name__, fn.__doc__
-        TVM_OP_RULES.register(OpKey(domain, op_type, since), checked)
+        key = OpKey(domain, op_type, since)
+        comment = " ".join(line.lstrip("# ") for line in (inspect.getcomments(fn) or "").splitlines())
+        guards = " ".join((comment or fn.__doc__ or "op-specific checks").split())
+        TVM_OP_RULES.register(key, Rule(key, checked, guards))
         return fn
 
     return register
@@ -347,6 +365,8 @@ def register_shape_input_check(op_types: Iterable[str]) -> None:
     for op in op_types:
         if ("", op) in TVM_OP_RULES:
             continue
-        TVM_OP_RULES.register(
-            OpKey("", op, 1), require_exact_values if op in SHAPE_VALUE_OPS else _generic_checks
-        )
+        key = OpKey("", op, 1)
+        if op in SHAPE_VALUE_OPS:
+            TVM_OP_RULES.register(key, Rule(key, require_exact_values, "shared value checks only"))
+        else:
+            TVM_OP_RULES.register(key, Rule(key, _generic_checks, "shared Shape-input and value checks only"))

@@ -404,6 +404,7 @@ def _nd(ctx: NodeContext, batch_dims: int = 0):
 
 
 def _indices_along_axis(ctx: NodeContext) -> None:
+    """Constant indices must be in range; run-time ones only where derived from shapes (guarded)."""
     require_bounded_indices(ctx, 1, _along_axis(ctx), guarded=True)
 
 
