@@ -180,6 +180,20 @@ def attention_block(seq: int = 16, hidden: int = 64, heads: int = 4, seed: int =
     return _model(graph)
 
 
+def conv3x3(seed: int = 0) -> onnx.ModelProto:
+    """A 3x3 stride-1 conv, 16 -> 16 channels on a 16x16 map: one Winograd fits (`conv_algorithm="auto"`)."""
+    rng = np.random.default_rng(seed)
+    weight = _init("w", rng.standard_normal((16, 16, 3, 3)).astype(np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [_vi("x", [1, 16, 16, 16])],
+        [_vi("y", [1, 16, 16, 16])],
+        [weight],
+    )
+    return _model(graph)
+
+
 def cycle_trap() -> onnx.ModelProto:
     """A = Relu(x); X = Celu(A) (not in TVM's frontend); B = Add(A, X); y = Sigmoid(B).
 

@@ -13,6 +13,8 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from nxrt_tvm.data import builder
+
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 if str(BENCHMARKS) not in sys.path:
     sys.path.insert(0, str(BENCHMARKS))
@@ -50,7 +52,7 @@ def test_small_variant_checks_and_runs(name):
     kwargs, outputs = SMALL[name]
     model = models.MODELS[name](**kwargs)
     onnx.checker.check_model(model, full_check=True)
-    assert model.ir_version == models.IR_VERSION == 8
+    assert model.ir_version == builder.IR_VERSION == 8
     assert [(o.domain, o.version) for o in model.opset_import] == [("", 17)]
     # static shapes: no Shape ops, every graph input fully specified
     assert not [n for n in model.graph.node if n.op_type == "Shape"]

@@ -488,6 +488,7 @@ _OOB_CHILD = textwrap.dedent("""
                   h.make_tensor_value_info("i", T.INT64, ishape)]
         if upd is not None:
             inputs.append(h.make_tensor_value_info("u", T.FLOAT, list(upd.shape)))
+        node.name = name.lower()
         graph = h.make_graph([node, h.make_node("Relu", ["y"], ["z"])], "g", inputs,
                              [h.make_tensor_value_info("z", T.FLOAT, oshape)])
         sess = nx.InferenceSession(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
@@ -496,17 +497,19 @@ _OOB_CHILD = textwrap.dedent("""
             feeds["u"] = upd
         sess.run(None, feeds)
         feeds["i"] = bad
+        eps = sorted({{str(p.ep) for p in sess.plan.partitions}})
         try:
             sess.run(None, feeds)
             print(name, "NO-ERROR", flush=True)
         except nx.EpError as exc:
-            print(name, "TYPED", type(exc).__name__, flush=True)
+            named = "names-node" if exc.node == node.name or node.name in str(exc) else "no-node"
+            print(name, "TYPED", type(exc).__name__, named, "+".join(eps), flush=True)
 """)
 
 
 def test_out_of_range_indices_fed_at_run_time_raise():
-    """TVM does not bounds-check indices (2**40 segfaults it):
-    the claim rules keep run-time indices on onnxruntime.
+    """TVM does not bounds-check indices (2**40 segfaults it): run-time indices, claimed by TVM,
+    go through the index guard, which raises IndexOutOfBounds naming the node.
 
     Runs in a child process so that a regression crashes the child, not the test run.
     """
@@ -521,5 +524,41 @@ def test_out_of_range_indices_fed_at_run_time_raise():
     )
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
     assert len(lines) == 6, proc.stdout
-    for name, outcome in lines.items():
-        assert outcome == "TYPED KernelFailed", f"{name}: {outcome}"
+    for name, outcome in lines.items():  # claimed by TVM, behind the index guard: onnxruntime's kind of error
+        assert outcome == "TYPED IndexOutOfBounds names-node TvmExecutionProvider", f"{name}: {outcome}"
+
+
+_TOKEN_CHILD = textwrap.dedent("""
+    import sys
+    sys.path[:0] = [{root!r}]
+    import numpy as np
+    import nxrt_tvm as nx
+
+    sess = nx.InferenceSession({model!r})
+    gather = "/m/embeddings/word_embeddings/Gather"
+    print("claimed", any(gather in [sess.graph.nodes[i].name for i in p.nodes]
+                         for p in sess.plan.partitions if str(p.ep) == "TvmExecutionProvider"))
+    ids = np.array([[1, 5, 999]], np.int64)
+    mask = np.ones_like(ids)
+    sess.run(None, {{"input_ids": ids, "attention_mask": mask}})
+    ids[0, 1] = 1000  # the vocabulary has 1000 tokens
+    try:
+        sess.run(None, {{"input_ids": ids, "attention_mask": mask}})
+        print("NO-ERROR")
+    except nx.IndexOutOfBounds as exc:
+        print("raised", exc.node == gather, "index 1000 at position (0, 1)" in str(exc))
+""")
+
+
+def test_an_out_of_range_token_id_raises_naming_the_embedding_gather():
+    """tiny_bert's embedding Gather runs on TVM behind the index guard: a token id past the vocabulary
+    raises IndexOutOfBounds with the node and the bad id (onnxruntime: INVALID_ARGUMENT), never a crash."""
+    model = str(ROOT / "tests" / "data" / "tiny_bert.onnx")
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _TOKEN_CHILD.format(root=str(ROOT), model=model)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"the process died (exit {proc.returncode}):\n{proc.stderr[-600:]}"
+    assert proc.stdout.split() == ["claimed", "True", "raised", "True", "True"], proc.stdout

@@ -36,6 +36,8 @@ class OrtKernel(Kernel):
             i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}
         )
         self.output_names = tuple(o.name for o in model.graph.output)
+        #: onnxruntime hands float8 outputs back as raw integers: their declared types, to view them as
+        self._declared = tuple(_declared_dtype(o) for o in model.graph.output)
         self.device = device
         self._session = ort.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
@@ -51,7 +53,31 @@ class OrtKernel(Kernel):
             outputs = self._session.run(list(self.output_names), feeds)
         except Exception as exc:
             raise KernelFailed(f"onnxruntime failed on {self.output_names}: {exc}") from exc
-        return [TensorView(o) if isinstance(o, np.ndarray) else o for o in outputs]
+        return [
+            TensorView(_as_declared(o, dtype)) if isinstance(o, np.ndarray) else o
+            for o, dtype in zip(outputs, self._declared)
+        ]
+
+
+def _declared_dtype(info: onnx.ValueInfoProto) -> np.dtype | None:
+    elem = info.type.tensor_type.elem_type if info.type.HasField("tensor_type") else 0
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _as_declared(array: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
+    """`array` as its declared ml_dtypes type (float8, ...) where onnxruntime returned the same bytes
+    as integers."""
+    if (
+        dtype is not None
+        and dtype.kind == "V"
+        and array.dtype.kind in "iu"
+        and array.itemsize == dtype.itemsize
+    ):
+        return array.view(dtype)
+    return array
 
 
 class CPUExecutionProvider(ExecutionProvider):

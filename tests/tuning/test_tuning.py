@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import model_zoo
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -390,28 +391,18 @@ def test_searched_record_replays_on_a_kernel_whose_names_differ(tmp_path):
     assert _variants_with_logs(model, feeds, directory.parent) == ["tuned"]
 
 
-def _conv3x3_model():
-    """A 3x3 stride-1 conv, 16 -> 16 channels on a 16x16 map: one Winograd fits (`conv_algorithm="auto"`)."""
-    rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
-        "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
-        [weight],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_tasks_follow_the_conv_algorithm_compiled_with(tmp_path):
     """Winograd and direct convolutions are different kernels: tune with the option you compile with."""
-    auto = {t.name for t in _tasks(_conv3x3_model())}
-    direct = {t.name for t in _tasks(_conv3x3_model(), conv_algorithm="direct")}
+    auto = {t.name for t in _tasks(model_zoo.conv3x3())}
+    direct = {t.name for t in _tasks(model_zoo.conv3x3(), conv_algorithm="direct")}
     assert any("winograd" in n for n in auto) and not any("conv2d" in n for n in auto), auto
     assert any("conv2d" in n for n in direct) and not any("winograd" in n for n in direct), direct
     with pytest.raises(nx.InvalidProviderOptions, match="conv_algorithm"):
         nx.tune_model(
-            _conv3x3_model(), trials=TRIALS, conv_algorithm="fft", log_dir=tmp_path / "logs", progress=False
+            model_zoo.conv3x3(),
+            trials=TRIALS,
+            conv_algorithm="fft",
+            log_dir=tmp_path / "logs",
+            progress=False,
         )
     assert not (tmp_path / "logs").exists()  # bad options fail before anything is written

@@ -308,7 +308,8 @@ def require_bounded_indices(
     nd: bool = False,
 ) -> None:
     """Input `i` holds indices: a constant whose every value is in range, or (`guarded` ops) a value the
-    index guard checks at run time.
+    index guard checks at run time (token ids read from the feeds included), raising `IndexOutOfBounds`
+    with the node, the value and the first bad index, as onnxruntime raises.
 
     `extents(value)` gives, for a constant index array, pairs (index values, extent of the
     dim they index) where the extent is an int or a symbolic/unknown dim.
@@ -328,17 +329,7 @@ def require_bounded_indices(
                 f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim)"
             ),
         )
-    if value is None:
-        require(
-            is_shape_derived(ctx, i),
-            Rejected.INPUT,
-            f"{what} (input {i}, {name!r}) are read from tensor data at run time; the TVM EP takes run-time "
-            f"{what} only where they are computed from tensor shapes (and bounds-checks them)",
-            accepts=f"constant {what} within the data's bounds, or {what} computed from tensor shapes",
-            remediation=(
-                f"{FALLBACK}, which bounds-checks indices; fold the indices to constants (e.g. onnxsim)"
-            ),
-        )
+    if value is None:  # the index guard kernel checks them at run time (`frontend`): IndexOutOfBounds
         data, indices = ctx.inputs[0].shape if ctx.inputs[0] is not None else None, ctx.inputs[i].shape
         require(
             data is not None and (not nd or (bool(indices) and isinstance(indices[-1], int))),
@@ -404,7 +395,7 @@ def _nd(ctx: NodeContext, batch_dims: int = 0):
 
 
 def _indices_along_axis(ctx: NodeContext) -> None:
-    """Constant indices must be in range; run-time ones only where derived from shapes (guarded)."""
+    """Constant indices must be in range; run-time ones are bounds-checked by the index guard."""
     require_bounded_indices(ctx, 1, _along_axis(ctx), guarded=True)
 
 
