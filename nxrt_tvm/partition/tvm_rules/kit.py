@@ -36,11 +36,22 @@ class Rule:
 
     key: OpKey
     check: OpRule
-    #: what TVM 0.27 does without the rule (the comment above it), or which shared checks it is
-    guards: str
+    #: the rule as written (its comment says what TVM 0.27 does without it); None for the shared checks
+    source: OpRule | None = None
+    shared: str = ""  #: which shared checks a rule-less op gets
 
     def __call__(self, ctx: NodeContext) -> None:
         self.check(ctx)
+
+    @property
+    def guards(self) -> str:
+        """What the rule guards against: read from its source only when the table is printed."""
+        if self.source is None:
+            return self.shared
+        comment = " ".join(
+            line.lstrip("# ") for line in (inspect.getcomments(self.source) or "").splitlines()
+        )
+        return " ".join((comment or self.source.__doc__ or "op-specific checks").split())
 
 
 TVM_OP_RULES: OpRegistry[Rule] = OpRegistry()
@@ -91,9 +102,7 @@ def rule(op_type: str, since: int = 1, domain: str = "") -> Callable[[OpRule], O
             fn(ctx)
 
         key = OpKey(domain, op_type, since)
-        comment = " ".join(line.lstrip("# ") for line in (inspect.getcomments(fn) or "").splitlines())
-        guards = " ".join((comment or fn.__doc__ or "op-specific checks").split())
-        TVM_OP_RULES.register(key, Rule(key, checked, guards))
+        TVM_OP_RULES.register(key, Rule(key, checked, source=fn))
         return fn
 
     return register
@@ -367,6 +376,8 @@ def register_shape_input_check(op_types: Iterable[str]) -> None:
             continue
         key = OpKey("", op, 1)
         if op in SHAPE_VALUE_OPS:
-            TVM_OP_RULES.register(key, Rule(key, require_exact_values, "shared value checks only"))
+            TVM_OP_RULES.register(key, Rule(key, require_exact_values, shared="shared value checks only"))
         else:
-            TVM_OP_RULES.register(key, Rule(key, _generic_checks, "shared Shape-input and value checks only"))
+            TVM_OP_RULES.register(
+                key, Rule(key, _generic_checks, shared="shared Shape-input and value checks only")
+            )
