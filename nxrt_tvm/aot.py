@@ -11,7 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .api.provider import EpConfig
+from .api.provider import EpConfig, inlined_ops
 from .epcontext.writer import write_context_model
 from .graph.model import ModelSource, load_model
 from .partition.plan import PartitionPlan, make_plan
@@ -57,13 +57,14 @@ def compile_model(
     records of this target's device key (see `nxrt_tvm.tuning`).
     """
     started = time.perf_counter()
-    graph = load_model(model)
     options = dict(provider_options or {})
     if tuning_logs is not None:
         options["tuning_logs"] = tuning_logs
     tvm_ep = TvmExecutionProvider(target=target, weightless=weightless, **options)
     tvm_ep.initialize(EpConfig(show_progress=progress))
-    plan = make_plan(graph, [tvm_ep, CPUExecutionProvider()])
+    providers = [tvm_ep, CPUExecutionProvider()]
+    graph = load_model(model, inline=inlined_ops(providers))
+    plan = make_plan(graph, providers)
     compiled = [p for p in plan.partitions if p.ep == tvm_ep.ep_id]
     contexts = {}
     for partition in tqdm(

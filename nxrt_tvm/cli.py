@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from .api.errors import EpError, InvalidProviderOptions
+from .api.provider import inlined_ops
 from .data import default_model_path
 from .epcontext.codec import is_ep_context
 from .epcontext.loader import restore_sources
@@ -116,8 +117,8 @@ def _model(args: argparse.Namespace) -> Path:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .session import _make_providers
 
-    graph = load_model(_model(args), free_dims=_dims(args))
     providers = _make_providers(*_provider_args(args))
+    graph = load_model(_model(args), free_dims=_dims(args), inline=inlined_ops(providers))
     plan = make_plan(graph, providers)
     variants = _tvm_variants(providers)
     print(json.dumps(plan.to_json(graph, variants), indent=2) if args.json else plan.format(graph, variants))

@@ -23,7 +23,7 @@ from .api.errors import (
     UnknownInput,
 )
 from .api.kernel import Kernel
-from .api.provider import EpConfig, ExecutionProvider
+from .api.provider import EpConfig, ExecutionProvider, inlined_ops
 from .api.tensor import TensorView
 from .epcontext.loader import ResolvedContexts, resolve_contexts
 from .epcontext.registry import build_ep_context_registry
@@ -109,7 +109,7 @@ class InferenceSession:
         contexts = resolve_contexts(
             model, model_dir, build_ep_context_registry(self._providers), self.config.context_on_mismatch
         )
-        self._graph = analyse(model)
+        self._graph = analyse(model, inline=inlined_ops(self._providers))
         fixed, preloaded = self._context_partitions(contexts)
         self.plan: PartitionPlan = make_plan(self._graph, self._providers, fixed)
         by_id = {p.ep_id: p for p in self._providers}

@@ -195,14 +195,14 @@ def conv3x3(seed: int = 0) -> onnx.ModelProto:
 
 
 def cycle_trap() -> onnx.ModelProto:
-    """A = Relu(x); X = Celu(A) (not in TVM's frontend); B = Add(A, X); y = Sigmoid(B).
+    """A = Relu(x); X = LpNormalization(A) (not in TVM's frontend); B = Add(A, X); y = Sigmoid(B).
 
     A and B are TVM-claimable but X is not; fusing {A, B} into one partition
     would create a cycle A-part -> X -> A-part.
     """
     nodes = [
         helper.make_node("Relu", ["x"], ["A"], name="A_relu"),
-        helper.make_node("Celu", ["A"], ["X"], name="X_celu", alpha=1.0),
+        helper.make_node("LpNormalization", ["A"], ["X"], name="X_lpnorm", axis=-1, p=2),
         helper.make_node("Add", ["A", "X"], ["B"], name="B_add"),
         helper.make_node("Sigmoid", ["B"], ["y"], name="y_sigmoid"),
     ]
@@ -288,6 +288,22 @@ def default_model() -> onnx.ModelProto:
     return build_default_model()
 
 
+#: the op `split_model` puts in the default model's head: one that TVM's frontend has no converter for
+#: and ONNX defines no function body for, so it stays on the fallback EP between two TVM partitions
+SPLIT_OP = "LpNormalization"
+
+
+def split_model() -> onnx.ModelProto:
+    """The bundled model with its Celu replaced by an `SPLIT_OP` node: two TVM partitions around a
+    declined node (multi-partition EPContext models, fallback between compiled partitions)."""
+    model = default_model()
+    (node,) = [n for n in model.graph.node if n.op_type == "Celu"]
+    node.op_type, node.name = SPLIT_OP, f"head/{SPLIT_OP}"
+    del node.attribute[:]
+    node.attribute.extend([helper.make_attribute("axis", -1), helper.make_attribute("p", 2)])
+    return model
+
+
 ALL = {
     "cnn": cnn,
     "mlp": mlp,
@@ -296,6 +312,7 @@ ALL = {
     "unsupported_op": unsupported_op,
     "with_if": with_if,
     "default_model": default_model,
+    "split_model": split_model,
 }
 
 # Input name -> concrete shape used by make_inputs (symbolic dims filled in).
@@ -307,6 +324,7 @@ INPUTS = {
     "unsupported_op": {"x": (2, 3, 3)},
     "with_if": {"x": (4, 8)},
     "default_model": {"image": (1, 3, 64, 64)},
+    "split_model": {"image": (1, 3, 64, 64)},
 }
 
 

@@ -14,13 +14,22 @@ from nxrt_tvm.cli import main
 
 
 def test_plan_json_on_bundled_model(capsys):
+    """The bundled model is one TVM partition: its Celu (an ONNX function op) is inlined and fused."""
     assert main(["plan", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["nodes_by_ep"]["TvmExecutionProvider"] > 0
+    assert [p["ep"] for p in plan["partitions"]] == ["TvmExecutionProvider"] and not plan["declines"]
+    assert "Celu" not in plan["partitions"][0]["op_types"] and "Elu" in plan["partitions"][0]["op_types"]
+
+
+def test_plan_json_names_the_decline(capsys, tmp_path):
+    path = tmp_path / "split.onnx"
+    onnx.save(model_zoo.split_model(), path)
+    assert main(["plan", str(path), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
     eps = [p["ep"] for p in plan["partitions"]]
-    assert "CPUExecutionProvider" in eps
+    assert eps == ["TvmExecutionProvider", "CPUExecutionProvider", "TvmExecutionProvider"]
     (decline,) = plan["declines"]
-    assert decline["op_type"] == "Celu" and decline["remediation"]
+    assert decline["op_type"] == model_zoo.SPLIT_OP and decline["remediation"]
 
 
 def test_plan_text_names_declines(capsys, tmp_path):
@@ -28,7 +37,7 @@ def test_plan_text_names_declines(capsys, tmp_path):
     onnx.save(model_zoo.cycle_trap(), path)
     assert main(["plan", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "3 partitions" in out and "declined node" in out and "Celu" in out
+    assert "3 partitions" in out and "declined node" in out and "LpNormalization" in out
 
 
 def test_run_check_with_inputs_file(capsys, tmp_path):
@@ -127,7 +136,7 @@ def test_kernel_variants_are_reported_per_partition_by_name(capsys, tmp_path):
     from onnx import TensorProto, helper
 
     nodes = [
-        helper.make_node("Celu", ["x"], ["dead"], name="unused_celu"),
+        helper.make_node("LpNormalization", ["x"], ["dead"], name="unused_lpnorm"),
         helper.make_node("Relu", ["x"], ["r"]),
         helper.make_node("Exp", ["r"], ["y"]),
     ]

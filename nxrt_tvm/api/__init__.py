@@ -5,7 +5,7 @@ from .device import DeviceId, DeviceType, EpId
 from .errors import *  # noqa: F403 - the error family is part of the contract
 from .errors import __all__ as _error_names
 from .kernel import Kernel, KernelVariant
-from .provider import EpConfig, ExecutionProvider, Graph
+from .provider import EpConfig, ExecutionProvider, Graph, inlined_ops
 from .registry import EpRegistry, OpKey, OpRegistry
 from .tensor import TensorView
 
@@ -26,6 +26,7 @@ __all__ = [
     "EpConfig",
     "ExecutionProvider",
     "Graph",
+    "inlined_ops",
     "EpRegistry",
     "OpKey",
     "OpRegistry",

@@ -14,7 +14,7 @@ from .device import DeviceId, EpId
 from .errors import UnsupportedContext
 from .kernel import Kernel
 
-__all__ = ["EpConfig", "ExecutionProvider", "Graph"]
+__all__ = ["EpConfig", "ExecutionProvider", "Graph", "inlined_ops"]
 
 
 @runtime_checkable
@@ -86,5 +86,16 @@ class ExecutionProvider(abc.ABC):
         """EP-specific graph passes (TVM passes for the TVM EP) run while lowering."""
         return []
 
+    def function_ops(self) -> frozenset[str]:
+        """Ops ONNX defines as functions that this EP compiles through their bodies, not whole: the
+        session inlines them before claims, so the EP fuses across them (onnxruntime inlines a
+        function op no EP takes whole the same way)."""
+        return frozenset()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device})"
+
+
+def inlined_ops(providers: Iterable[ExecutionProvider]) -> frozenset[str]:
+    """The function ops any of `providers` asks to have inlined (`ExecutionProvider.function_ops`)."""
+    return frozenset().union(*(ep.function_ops() for ep in providers))

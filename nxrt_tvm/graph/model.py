@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from ..api.errors import InvalidModel
 from ..api.registry import normalize_domain
+from .functions import inline_function_ops
 from .order import kahn_order
 
 __all__ = [
@@ -265,8 +266,9 @@ def _topological_order(nodes: list[onnx.NodeProto], implicit: list[set[str]]) ->
     return order
 
 
-def _normalise(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Unique node names, Constant nodes folded to initializers, nodes in topological order."""
+def _normalise(model: onnx.ModelProto, inline: Collection[str] = ()) -> onnx.ModelProto:
+    """Unique node names, function ops in `inline` replaced by their bodies, Constant nodes folded to
+    initializers, nodes in topological order."""
     graph = model.graph
     seen: set[str] = set()
     for i, node in enumerate(graph.node):
@@ -275,6 +277,7 @@ def _normalise(model: onnx.ModelProto) -> onnx.ModelProto:
             name = f"{name}_{i}"
         seen.add(name)
         node.name = name
+    inline_function_ops(model, inline)
     kept = []
     for node in graph.node:
         value = _constant_node_value(node)
@@ -330,14 +333,15 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return light
 
 
-def analyse(model: onnx.ModelProto, *, check: bool = True) -> GraphView:
-    """Check, normalise and shape-infer `model` (edited in place) into a `GraphView`."""
+def analyse(model: onnx.ModelProto, *, check: bool = True, inline: Collection[str] = ()) -> GraphView:
+    """Check, normalise and shape-infer `model` (edited in place) into a `GraphView`; function ops in
+    `inline` are replaced by their ONNX bodies (`nxrt_tvm.graph.functions`)."""
     if check:
         try:
             onnx.checker.check_model(_light_copy(model))
         except (onnx.checker.ValidationError, ValueError) as exc:
             raise InvalidModel(f"model fails onnx.checker: {exc}") from exc
-    _normalise(model)
+    _normalise(model, inline)
     light = _light_copy(model)
     try:
         inferred = _infer(light)
@@ -375,17 +379,22 @@ def _infer(light: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def load_model(
-    source: ModelSource, *, check: bool = True, free_dims: dict[str, int] | None = None
+    source: ModelSource,
+    *,
+    check: bool = True,
+    free_dims: dict[str, int] | None = None,
+    inline: Collection[str] = (),
 ) -> GraphView:
     """Read, check, normalise and shape-infer a model; raise `InvalidModel` with the reason on failure.
 
-    A `ModelProto` argument is copied, never edited. `free_dims` fixes symbolic input dims by name.
+    A `ModelProto` argument is copied, never edited. `free_dims` fixes symbolic input dims by name;
+    function ops in `inline` are replaced by their bodies (what the EPs ask for: `inlined_ops`).
     """
     model, _ = read_model(source)
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto.FromString(model.SerializeToString())
     override_free_dims(model, dict(free_dims or {}))
-    return analyse(model, check=check)
+    return analyse(model, check=check, inline=inline)
 
 
 def override_free_dims(model: onnx.ModelProto, overrides: dict[str, int]) -> None:

@@ -31,6 +31,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
 from ..api.errors import InvalidProviderOptions
+from ..api.provider import inlined_ops
 from ..graph.model import ModelSource, load_model
 from ..lower.device_key import DEFAULT_LOG_DIR, device_key, device_log_dir
 from ..lower.schedules import default_rules, schedule_with_rules
@@ -267,8 +268,9 @@ def tune_model(
     sources = list(models) if isinstance(models, (list, tuple)) else [models]
     partitions = []
     for source in sources:
-        graph = load_model(source, free_dims=free_dims)
-        plan = make_plan(graph, [ep, CPUExecutionProvider()])
+        providers = [ep, CPUExecutionProvider()]
+        graph = load_model(source, free_dims=free_dims, inline=inlined_ops(providers))
+        plan = make_plan(graph, providers)
         partitions.extend((graph, p) for p in plan.partitions if p.ep == ep.ep_id)
     tasks = extract_tasks(partitions, tvm_target, ep.lowering)
     state_path = directory / _STATE

@@ -22,12 +22,12 @@ def _stats(sess):
 
 
 def test_second_session_hits_the_cache(tmp_path):
-    model = model_zoo.default_model()
+    model = model_zoo.split_model()
     first = _session(model, tmp_path)
     assert _stats(first)["cache_hits"] == 0 and _stats(first)["builds"] >= 2
     second = _session(model, tmp_path)
     assert _stats(second)["cache_hits"] == 2 and _stats(second)["builds"] == 0
-    feeds = model_zoo.make_inputs("default_model")
+    feeds = model_zoo.make_inputs("split_model")
     assert_parity(second.run(None, feeds), ort_run(model, feeds))
 
 

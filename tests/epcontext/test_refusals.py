@@ -39,7 +39,7 @@ def _foreign_cpu() -> str:
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     path = tmp_path_factory.mktemp("src") / "model.onnx"
-    onnx.save(model_zoo.default_model(), path)
+    onnx.save(model_zoo.split_model(), path)
     return path
 
 
@@ -168,7 +168,7 @@ def test_mismatch_policy_runs_the_source(source, foreign, policy, ep):
     assert {str(p.ep) for p in sess.plan.partitions} == (
         {"TvmExecutionProvider", "CPUExecutionProvider"} if policy == "recompile" else {ep}
     )
-    feeds = model_zoo.make_inputs("default_model")
+    feeds = model_zoo.make_inputs("split_model")
     assert_parity(sess.run(None, feeds), ort_run(source, feeds))
 
 

@@ -21,9 +21,9 @@ TVM = nx.EpId("TvmExecutionProvider")
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    """The bundled default model: two TVM partitions around a declined Celu (multi-partition)."""
+    """The bundled model with a declined node in its head: two TVM partitions around it (multi-partition)."""
     path = tmp_path_factory.mktemp("src") / "model.onnx"
-    onnx.save(model_zoo.default_model(), path)
+    onnx.save(model_zoo.split_model(), path)
     return path
 
 
@@ -51,7 +51,7 @@ def test_round_trip_loads_without_compiling(source, tmp_path, embed):
     model = onnx.load(out)
     onnx.checker.check_model(model)
     contexts = [n for n in model.graph.node if is_ep_context(n)]
-    assert len(contexts) == 2 and {n.op_type for n in model.graph.node} == {"EPContext", "Celu"}
+    assert len(contexts) == 2 and {n.op_type for n in model.graph.node} == {"EPContext", model_zoo.SPLIT_OP}
     blobs = sorted(tmp_path.glob("model_ctx.*.tvm.so"))
     assert len(blobs) == (0 if embed else 2)
     for written in (out, *blobs):  # as open() would create them (0666 less the umask), not mkstemp's 0600
@@ -68,7 +68,7 @@ def test_round_trip_loads_without_compiling(source, tmp_path, embed):
     ep = _tvm_ep(sess)
     assert ep.stats["loaded"] == 2 and ep.stats["builds"] == 0 and ep.stats["compiled"] == 0
     assert [p.cost.source for p in sess.plan.partitions if p.ep == TVM] == ["precompiled"] * 2
-    feeds = model_zoo.make_inputs("default_model")
+    feeds = model_zoo.make_inputs("split_model")
     assert_parity(sess.run(None, feeds), ort_run(source, feeds))
 
 
@@ -85,7 +85,7 @@ def test_session_options_write_the_context_model(source, tmp_path):
     options.add_session_config_entry("ep.context_embed_mode", "0")
     nx.InferenceSession(source, options)
     assert len(list(tmp_path.glob("from_session.*.tvm.so"))) == 2
-    feeds = model_zoo.make_inputs("default_model")
+    feeds = model_zoo.make_inputs("split_model")
     assert_parity(nx.InferenceSession(out, _deploy_options()).run(None, feeds), ort_run(source, feeds))
 
 
@@ -102,7 +102,7 @@ def test_weightless_blobs_share_one_copy_of_weights(source, tmp_path):
     sess = nx.InferenceSession(tmp_path / "lean.onnx", _deploy_options())
     weights = {w for k in sess.kernels().values() for w in getattr(k, "weight_names", ())}
     assert weights and len(_tvm_ep(sess).weights) == len(weights)
-    feeds = model_zoo.make_inputs("default_model")
+    feeds = model_zoo.make_inputs("split_model")
     assert_parity(sess.run(None, feeds), ort_run(source, feeds))
 
 
@@ -111,7 +111,7 @@ def test_source_subgraphs_restore_a_plain_model(source, tmp_path):
     nx.compile_model(source, out, progress=False)
     plain = restore_sources(onnx.load(out))
     assert not any(is_ep_context(n) for n in plain.graph.node)
-    feeds = model_zoo.make_inputs("default_model")
+    feeds = model_zoo.make_inputs("split_model")
     np.testing.assert_allclose(ort_run(plain, feeds)[0], ort_run(source, feeds)[0], rtol=1e-6)
 
 

@@ -1,7 +1,8 @@
 """Stock onnxruntime + the nxrt-tvm plugin EP runs EPContext models like nxrt_tvm.InferenceSession does.
 
-The bundled model compiles to two TVM partitions around a Celu that stays on
-ORT's CPU EP, so every parity test here is multi-partition and mixed.
+The source model (the bundled one with a declined LpNormalization in its head, `model_zoo.split_model`)
+compiles to two TVM partitions around a node that stays on ORT's CPU EP, so every parity test here is
+multi-partition and mixed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+import model_zoo
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -20,7 +22,6 @@ import pytest
 from onnx import helper
 
 import nxrt_tvm as nx
-from nxrt_tvm.data import default_model_path
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.ort import EP_NAME, build_plugin, session_options
 from nxrt_tvm.ort.cli import add_cli
@@ -47,24 +48,26 @@ def plugin_library() -> Path:
 
 
 @pytest.fixture(scope="session")
-def source_model() -> Path:
-    return default_model_path()
+def source_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ort_source") / "split.onnx"
+    onnx.save(model_zoo.split_model(), path)
+    return path
 
 
-def _compile(tmp_path_factory: pytest.TempPathFactory, name: str, **options) -> Path:
+def _compile(tmp_path_factory: pytest.TempPathFactory, source: Path, name: str, **options) -> Path:
     out = tmp_path_factory.mktemp(name) / "model_ctx.onnx"
-    nx.compile_model(default_model_path(), out, progress=False, **options)
+    nx.compile_model(source, out, progress=False, **options)
     return out
 
 
 @pytest.fixture(scope="session")
-def embedded_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _compile(tmp_path_factory, "ort_embedded")
+def embedded_model(tmp_path_factory: pytest.TempPathFactory, source_model: Path) -> Path:
+    return _compile(tmp_path_factory, source_model, "ort_embedded")
 
 
 @pytest.fixture(scope="session")
-def external_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _compile(tmp_path_factory, "ort_external", embed=False)
+def external_model(tmp_path_factory: pytest.TempPathFactory, source_model: Path) -> Path:
+    return _compile(tmp_path_factory, source_model, "ort_external", embed=False)
 
 
 def _feeds(model: Path | str) -> dict[str, np.ndarray]:

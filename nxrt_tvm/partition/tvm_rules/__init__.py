@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from onnx import defs
+
 from ...frontend import convert_map, min_opset
 from ..node_context import NodeContext
 from . import nn, shape  # noqa: F401  (importing them registers their rules)
@@ -28,9 +30,19 @@ __all__ = [
     "check_node",
     "check_group",
     "support_table",
+    "FUNCTION_OPS",
 ]
 
 register_shape_input_check(convert_map())  # every other op the frontend converts gets the Shape-input check
+
+
+#: Ops ONNX defines by a function body and the frontend has no converter for (Celu, Swish, SwiGLU, the
+#: windows): claimed through their bodies, inlined before claims (`nxrt_tvm.graph.functions`).
+FUNCTION_OPS = frozenset(
+    s.name
+    for s in defs.get_all_schemas()
+    if s.domain == "" and s.function_opset_versions and s.name not in convert_map()
+)
 
 
 def check_node(ctx: NodeContext, excluded: Collection[str] = ()) -> None:

@@ -24,7 +24,7 @@ from ...lower.tuned import open_database
 from ...partition.claims import make_claims, partition_name
 from ...partition.grouping import group_nodes
 from ...partition.node_context import NodeContext
-from ...partition.tvm_rules import check_group, check_node
+from ...partition.tvm_rules import FUNCTION_OPS, check_group, check_node
 from ...runtime.kernel import TvmKernel
 from .builder import PartitionBuilder
 from .context import context_of, kernel_of
@@ -74,6 +74,10 @@ class TvmExecutionProvider(ExecutionProvider):
         return list(self.lowering.user_passes)
 
     # -- capability ------------------------------------------------------------------
+    def function_ops(self) -> frozenset[str]:
+        """Function ops TVM compiles through their bodies (`tvm_rules.FUNCTION_OPS`), unless excluded."""
+        return FUNCTION_OPS - set(self.options.op_types_to_exclude)
+
     def check_node(self, ctx: NodeContext) -> None:
         """Raise `DeclineSignal` unless TVM can import, build and run this node (`partition.tvm_rules`)."""
         check_node(ctx, self.options.op_types_to_exclude)
