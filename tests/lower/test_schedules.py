@@ -335,8 +335,9 @@ def test_schedule_phase_sits_after_fusion_and_only_on_llvm():
     assert custom_names.count("FastMathTransform") == 0
 
 
-def test_symbolic_injective_kernels_keep_tvm_default():
-    """Symbolic extents: the injective rule steps aside (its bounds-checked tails ran 100x slower)."""
+def test_symbolic_injective_kernels_get_the_generic_rule():
+    """Symbolic extents: the injective rule steps aside (its bounds-checked tails ran 100x slower); the
+    generic rule runs the leading loops in parallel, the static inner one vectorised, never TVM's default."""
     graph = helper.make_graph(
         [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0, 2])],
         "t",
@@ -346,9 +347,44 @@ def test_symbolic_injective_kernels_keep_tvm_default():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     session = nx.InferenceSession(model)
     variants = [v.variant for k in session.kernels().values() for v in k.variants()]
-    assert variants == ["tvm-default"]
-    x = RNG.standard_normal((3, 12, 64)).astype(np.float32)
-    np.testing.assert_array_equal(session.run(None, {"x": x})[0], x.transpose(1, 0, 2))
+    assert variants == ["default:generic"]
+    script = "\n".join(f.script() for f in _prim_funcs(_lowered(model)).values())
+    assert "T.parallel" in script and "T.vectorized" in script
+    for n in (1, 3, 17):
+        x = RNG.standard_normal((n, 12, 64)).astype(np.float32)
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], x.transpose(1, 0, 2))
+
+
+@pytest.mark.parametrize("axis,op", [(1, "ReduceMean"), (0, "ReduceSum"), (1, "ReduceSum")])
+def test_symbolic_reductions_over_any_axis_have_a_rule(axis, op):
+    """Reductions over a leading or middle axis of symbolic rows, widths not a multiple of the vector."""
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)],
+        "r",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 33, 19])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 19] if axis == 1 else [33, 19])],
+        initializer=[numpy_helper.from_array(np.array([axis], np.int64), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    session = nx.InferenceSession(model)
+    variants = [v.variant for k in session.kernels().values() for v in k.variants()]
+    assert variants and "tvm-default" not in variants
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (1, 5):
+        x = RNG.standard_normal((n, 33, 19)).astype(np.float32)
+        np.testing.assert_allclose(
+            session.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5
+        )
+
+
+def test_a_transformers_export_has_no_tvm_default_kernel():
+    """tiny_bert (a transformers export with dynamic batch and sequence): every kernel has a rule."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "data" / "tiny_bert.onnx"
+    session = nx.InferenceSession(str(path))
+    variants = [v.variant for vs in session.kernel_variants().values() for v in vs]
+    assert variants and "tvm-default" not in variants
 
 
 def test_layout_conversion_that_tvm_cannot_infer_keeps_the_module_buildable():

@@ -12,6 +12,8 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
 `RowReduction`     softmax-like chains of last-axis reductions (vectorised partial reductions per row)
 `Normalization`    softmax, layer norm, RMS norm (dlight's CPU Reduction)
 `Injective`        elementwise, broadcast, transpose, reshape
+`Generic`          anything else (symbolic extents, reductions over any axis, index kernels): parallel
+                   leading spatial loops, exact inner vectors
 =================  ==========================================================
 
 ``cpu_schedule_passes(target)`` is the schedule phase (after FuseTIR);
@@ -31,6 +33,7 @@ from ..strict import own_pass
 from ..winograd import WinogradConv2D
 from .base import RULE_ATTR, ApplySchedules, CpuRule, schedule_with_rules
 from .conv import Conv
+from .generic import Generic
 from .injective import Injective
 from .matmul import Matmul
 from .reduction import Normalization, Pooling, RowReduction
@@ -51,13 +54,23 @@ __all__ = [
     "RowReduction",
     "Normalization",
     "Injective",
+    "Generic",
     "Winograd",
 ]
 
 
 def default_rules() -> list[CpuRule]:
     """The rules, most specific first."""
-    return [Winograd(), Conv(), Matmul(), Pooling(), RowReduction(), Normalization(), Injective()]
+    return [
+        Winograd(),
+        Conv(),
+        Matmul(),
+        Pooling(),
+        RowReduction(),
+        Normalization(),
+        Injective(),
+        Generic(),
+    ]
 
 
 #: The layout convolutions run in on CPUs: output channels innermost, so the register tile vectorises over
