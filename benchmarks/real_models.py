@@ -1,0 +1,474 @@
+"""nxrt-tvm against onnxruntime and OpenVINO on the real-model corpus (benchmarks/corpus.py).
+
+    python benchmarks/real_models.py [--dir DIR] [--only NAME,...] [--rounds 2] [--repeat 20]
+        [--threads 2] [--json OUT] [--timeout-s 600] [--runtimes onnxruntime,nxrt-tvm,openvino]
+
+Reads ``DIR/manifest.json`` (make the corpus first: ``python benchmarks/corpus.py``). Every runtime
+runs in a worker process of its own (``real_models.py --worker RUNTIME MODEL ...``, one JSON line
+out), once a round; the rounds alternate the order of the runtimes. All get the same thread count:
+onnxruntime ``intra_op_num_threads``, OpenVINO ``INFERENCE_NUM_THREADS`` (with ``PERFORMANCE_HINT``
+LATENCY and ``INFERENCE_PRECISION_HINT`` f32: its default on AVX-512-BF16 CPUs is bf16), nxrt-tvm
+``TVM_NUM_THREADS`` with the default ``InferenceSession`` options (plus the repository's
+``tuning_logs`` when they have a folder for this machine's device key).
+
+Each worker reports the time to a ready session, the median latency of ``--repeat`` runs
+(``nxrt_tvm.timing.median_seconds``) and saves its outputs for the parity check; nxrt-tvm's also
+its TVM and CPU partitions and the implementation of each TVM kernel (``kernel_variants()``). The
+session has no per-kernel timing, so the tvm-default column counts kernels (those that run
+TVM's untuned default lowering: no tuning record and no schedule rule), not run time.
+
+The table: median latency of each runtime (median over the rounds), nxrt/ORT and nxrt/OV (the
+median of the per-round ratios), ready times, partitions, tvm-default kernels, and parity: the
+largest relative difference over the outputs, ``max|a - b| / max(max|b|, 1e-6)`` with onnxruntime
+as ``b``. The last row is the geomean of the ratios. A worker that crashes or runs past
+``--timeout-s`` is reported in its cell; the run goes on. OpenVINO is optional
+(``pip install -e '.[bench]'``): without it its columns are left out, said.
+
+Time on a quiet machine only: a neighbour's load hurts onnxruntime's spinning threads far more
+than the others' (see shared/TVM_NOTES.md, "Peers on these machines").
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import corpus  # noqa: E402
+
+RUNTIMES = ("onnxruntime", "nxrt-tvm", "openvino")
+MODULES = {"onnxruntime": "onnxruntime", "nxrt-tvm": "nxrt_tvm", "openvino": "openvino"}
+RESULT = "RESULT "  # the worker's line of JSON starts with this (TVM prints to stdout too)
+
+
+# ------------------------------------------------------------------ workers
+
+
+def _load_feeds(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as stored:
+        return {k: stored[k] for k in stored.files}
+
+
+def _save_outputs(path: Path, outputs: list) -> list[list[int]]:
+    arrays = {f"o{i}": np.asarray(o) for i, o in enumerate(outputs) if isinstance(o, np.ndarray)}
+    np.savez(path, **arrays)
+    return [list(np.shape(o)) for o in outputs]
+
+
+def _tuning_logs() -> Path | None:
+    """The repository's tuning_logs folder, when it holds records for this machine's device key."""
+    logs = ROOT / "tuning_logs"
+    if not logs.is_dir():
+        return None
+    from nxrt_tvm.lower.target import make_target
+    from nxrt_tvm.tuning import device_key
+
+    return logs if (logs / device_key(make_target("llvm"))).is_dir() else None
+
+
+def _run_onnxruntime(model: Path, feeds: dict, threads: int):
+    import onnxruntime as ort
+
+    started = time.perf_counter()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    ready = time.perf_counter() - started
+    return ready, lambda: sess.run(None, feeds), {"version": ort.__version__}
+
+
+def _run_openvino(model: Path, feeds: dict, threads: int):
+    import openvino as ov
+
+    started = time.perf_counter()
+    config = {
+        "INFERENCE_NUM_THREADS": threads,
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": "f32",
+    }
+    compiled = ov.Core().compile_model(str(model), "CPU", config)
+    request = compiled.create_infer_request()
+    ready = time.perf_counter() - started
+    count = len(compiled.outputs)
+
+    def run():
+        request.infer(feeds)
+        return [request.get_output_tensor(i).data.copy() for i in range(count)]
+
+    return ready, run, {"version": ov.__version__}
+
+
+def _run_nxrt(model: Path, feeds: dict, threads: int):
+    if os.environ.get("TVM_NUM_THREADS") != str(threads):
+        raise RuntimeError(f"TVM_NUM_THREADS is {os.environ.get('TVM_NUM_THREADS')!r}, not {threads}")
+    import nxrt_tvm as nx
+
+    logs = _tuning_logs()
+    kwargs = {}
+    if logs is not None:
+        kwargs = {
+            "providers": ["TvmExecutionProvider", "CPUExecutionProvider"],
+            "provider_options": [{"tuning_logs": str(logs)}, {}],
+        }
+    started = time.perf_counter()
+    sess = nx.InferenceSession(str(model), **kwargs)
+    ready = time.perf_counter() - started
+    by_ep: dict[str, int] = {}
+    for p in sess.plan.partitions:
+        by_ep[str(p.ep)] = by_ep.get(str(p.ep), 0) + 1
+    variants: dict[str, int] = {}
+    for vs in sess.kernel_variants().values():
+        for v in vs:
+            variants[v.variant] = variants.get(v.variant, 0) + 1
+    info = {
+        "version": nx.__version__,
+        "tuning_logs": None if logs is None else str(logs),
+        "tvm_partitions": by_ep.get("TvmExecutionProvider", 0),
+        "cpu_partitions": by_ep.get("CPUExecutionProvider", 0),
+        "tvm_nodes": sess.plan.nodes_by_ep().get("TvmExecutionProvider", 0),
+        "nodes": sum(sess.plan.nodes_by_ep().values()),
+        "declines": len(sess.plan.declines),
+        "kernel_variants": variants,
+        "tvm_default_kernels": variants.get("tvm-default", 0),
+        "tvm_kernels": sum(variants.values()),
+    }
+    return ready, lambda: sess.run(None, feeds), info
+
+
+def _timing():
+    """`nxrt_tvm.timing` (stdlib only), loaded without importing the `nxrt_tvm` package: that loads
+    TVM, seconds of start-up and a runtime the onnxruntime and OpenVINO workers should not carry."""
+    if "nxrt_tvm" in sys.modules:
+        import nxrt_tvm.timing
+
+        return nxrt_tvm.timing
+    package = importlib.util.find_spec("nxrt_tvm")  # finds, does not run, the package
+    path = Path(next(iter(package.submodule_search_locations))) / "timing.py"
+    spec = importlib.util.spec_from_file_location("_nxrt_tvm_timing", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def worker(runtime: str, model: Path, feeds_path: Path, out: Path, threads: int, repeat: int) -> dict:
+    feeds = _load_feeds(feeds_path)
+    make = {"onnxruntime": _run_onnxruntime, "openvino": _run_openvino, "nxrt-tvm": _run_nxrt}[runtime]
+    ready, run, info = make(model, feeds, threads)
+    outputs = run()
+    shapes = _save_outputs(out, outputs)
+    latency = _timing().median_seconds(run, repeat, warmup=1)
+    return {
+        "ok": True,
+        "runtime": runtime,
+        "model": model.name,
+        "threads": threads,
+        "ready_s": ready,
+        "median_ms": latency * 1e3,
+        "output_shapes": shapes,
+        "outputs": str(out),
+        **info,
+    }
+
+
+def _worker_main(args: argparse.Namespace) -> int:
+    runtime, model = args.worker
+    try:
+        result = worker(runtime, Path(model), args.feeds, args.out, args.threads, args.repeat)
+    except Exception as exc:  # the parent reports it in the runtime's cell
+        result = {"ok": False, "runtime": runtime, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+    print(RESULT + json.dumps(result), flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------ parent
+
+
+def _spawn(runtime: str, model: Path, feeds: Path, out: Path, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, TVM_NUM_THREADS=str(args.threads))
+    options = {"--feeds": feeds, "--out": out, "--threads": args.threads, "--repeat": args.repeat}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", runtime, str(model)]
+    cmd += [str(v) for item in options.items() for v in item]
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=args.timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it started (its own group)
+        proc.communicate()
+        return {
+            "ok": False,
+            "runtime": runtime,
+            "error": f"timeout after {args.timeout_s:g} s",
+            "cell": "timeout",
+        }
+    wall = time.perf_counter() - started
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT)]
+    if not lines:
+        tail = (stderr or stdout).strip().splitlines()[-5:]
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        return {
+            "ok": False,
+            "runtime": runtime,
+            "error": f"crashed ({how}): " + " | ".join(tail),
+            "cell": f"crash ({how})",
+        }
+    result = json.loads(lines[-1][len(RESULT) :])
+    result["worker_wall_s"] = wall
+    if not result["ok"]:
+        result["cell"] = "error"
+    return result
+
+
+def rel_diff(outputs: Path, reference: Path) -> float:
+    """Largest max|a - b| / max(max|b|, 1e-6) over the outputs (inf when shapes or counts differ)."""
+    with np.load(outputs) as a, np.load(reference) as b:
+        if sorted(a.files) != sorted(b.files):
+            return math.inf
+        worst = 0.0
+        for k in b.files:
+            x, y = a[k].astype(np.float64), b[k].astype(np.float64)
+            if x.shape != y.shape:
+                return math.inf
+            if y.size == 0:
+                continue
+            if np.any(np.isnan(x) != np.isnan(y)):
+                return math.inf  # NaN where the reference has a number (or the other way round)
+            x, y = np.nan_to_num(x, nan=0.0), np.nan_to_num(y, nan=0.0)
+            worst = max(worst, float(np.max(np.abs(x - y))) / max(float(np.max(np.abs(y))), 1e-6))
+        return worst
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarise(name: str, runs: dict[str, list[dict]]) -> dict:
+    """One table row from the per-round worker results of one model."""
+    row: dict = {"model": name, "runtimes": {}}
+    for rt, results in runs.items():
+        ok = [r for r in results if r["ok"]]
+        row["runtimes"][rt] = {
+            "median_ms": _median([r["median_ms"] for r in ok]),
+            "ready_s": _median([r["ready_s"] for r in ok]),
+            "failures": [r["error"] for r in results if not r["ok"]],
+            "cell": next((r["cell"] for r in results if not r["ok"]), None) if not ok else None,
+        }
+    nx = runs.get("nxrt-tvm", [])
+    for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov")):
+        ratios = [
+            a["median_ms"] / b["median_ms"]
+            for a, b in zip(nx, runs.get(peer, []))
+            if a["ok"] and b["ok"] and b["median_ms"] > 0
+        ]
+        row[key] = _median(ratios)
+    ok_nx = next((r for r in nx if r["ok"]), None)
+    if ok_nx is not None:
+        for k in (
+            "tvm_partitions",
+            "cpu_partitions",
+            "tvm_default_kernels",
+            "tvm_kernels",
+            "kernel_variants",
+        ):
+            row[k] = ok_nx.get(k)
+        row["tuning_logs"] = ok_nx.get("tuning_logs")
+    ref = next((r for r in runs.get("onnxruntime", []) if r["ok"]), None)
+    for rt, key in (("nxrt-tvm", "parity_nxrt"), ("openvino", "parity_ov")):
+        got = next((r for r in runs.get(rt, []) if r["ok"]), None)
+        row[key] = rel_diff(Path(got["outputs"]), Path(ref["outputs"])) if got and ref else None
+    return row
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _fmt(value, spec: str, missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+SHORT = {"onnxruntime": "ORT", "nxrt-tvm": "nxrt", "openvino": "OV"}
+TVM_DEFAULT_HEADER = "tvm-default kernels (count / all TVM kernels; no per-kernel timing)"
+
+
+def _ms(row: dict, rt: str) -> str:
+    cell = row["runtimes"][rt]
+    return cell["cell"] or _fmt(cell["median_ms"], ".3f")
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _columns(runtimes: list[str]) -> list[tuple[str, Callable[[dict], str]]]:
+    """(header, cell of a row or None for the geomean row) for the runtimes that ran."""
+    cols: list[tuple[str, Callable[[dict], str]]] = [("model", lambda r: r["model"])]
+    for rt in runtimes:
+        cols.append((f"{SHORT[rt]} (ms)", lambda r, rt=rt: _ms(r, rt)))
+    nx = "nxrt-tvm" in runtimes
+    for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov")):
+        if nx and peer in runtimes:
+            cols.append((f"nxrt/{SHORT[peer]}", lambda r, key=key: _ratio(r[key])))
+    cols.append(
+        (
+            f"ready {' / '.join(SHORT[rt] for rt in runtimes)} (s)",
+            lambda r: " / ".join(_fmt(r["runtimes"][rt]["ready_s"], ".2f") for rt in runtimes),
+        )
+    )
+    if nx:
+        cols.append(
+            (
+                "TVM / CPU partitions",
+                lambda r: (
+                    "-"
+                    if r.get("tvm_partitions") is None
+                    else f"{r['tvm_partitions']} / {r['cpu_partitions']}"
+                ),
+            )
+        )
+        cols.append(
+            (
+                TVM_DEFAULT_HEADER,
+                lambda r: (
+                    "-"
+                    if r.get("tvm_kernels") is None
+                    else f"{r['tvm_default_kernels']} / {r['tvm_kernels']}"
+                ),
+            )
+        )
+    if "onnxruntime" in runtimes:
+        for rt, key in (("nxrt-tvm", "parity_nxrt"), ("openvino", "parity_ov")):
+            if rt in runtimes:
+                cols.append((f"parity {SHORT[rt]} vs ORT", lambda r, key=key: _fmt(r[key], ".1e")))
+    return cols
+
+
+def print_table(rows: list[dict], runtimes: list[str], notes: list[str]) -> None:
+    cols = _columns(runtimes)
+    print("| " + " | ".join(h for h, _ in cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(cell(r) for _, cell in cols) + " |")
+    geo = {"nxrt/ORT": "nxrt_vs_ort", "nxrt/OV": "nxrt_vs_ov"}
+    cells = ["**geomean**"] + [
+        _ratio(geomean([r[geo[h]] for r in rows])) if h in geo else "" for h, _ in cols[1:]
+    ]
+    print("| " + " | ".join(cells) + " |")
+    for r in rows:
+        for rt, c in r["runtimes"].items():
+            for err in dict.fromkeys(c["failures"]):  # each once, however many rounds it failed
+                print(f"- {r['model']}, {rt}: {' '.join(err.split())[:400]}")
+    for note in notes:
+        print(f"- {note}")
+
+
+def _order(runtimes: list[str], k: int) -> list[str]:
+    return runtimes if k % 2 == 0 else runtimes[::-1]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dir", type=Path, default=None, help="the corpus (default: corpus.py's)")
+    parser.add_argument("--only", help="comma-separated model names")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, help="write the rows (and every worker's report) here")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="per worker (session + runs)")
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES), help=f"subset of {','.join(RUNTIMES)}")
+    parser.add_argument("--worker", nargs=2, metavar=("RUNTIME", "MODEL"), help=argparse.SUPPRESS)
+    parser.add_argument("--feeds", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return _worker_main(args)
+
+    directory = args.dir or corpus.default_dir()
+    manifest_path = directory / "manifest.json"
+    if not manifest_path.exists():
+        raise SystemExit(
+            f"no {manifest_path}: make the corpus first (python benchmarks/corpus.py --dir {directory})"
+        )
+    entries = json.loads(manifest_path.read_text())["models"]
+    if args.only:
+        only = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(only) - {e["name"] for e in entries})
+        if unknown:
+            raise SystemExit(f"not in {manifest_path}: {unknown}")
+        entries = [e for e in entries if e["name"] in only]
+    runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    bad = [r for r in runtimes if r not in RUNTIMES]
+    if bad:
+        raise SystemExit(f"unknown runtime(s) {bad}; choose from {list(RUNTIMES)}")
+    notes = []
+    for rt in list(runtimes):
+        if importlib.util.find_spec(MODULES[rt]) is None:
+            runtimes.remove(rt)
+            extra = " (pip install -e '.[bench]')" if rt == "openvino" else ""
+            notes.append(f"{rt} is not installed{extra}: its columns are left out")
+    rows, raw = [], {}
+    with tempfile.TemporaryDirectory(prefix="nxrt-real-models-") as tmp:
+        for e in entries:
+            model, feeds = directory / e["file"], directory / e["feeds"]
+            runs: dict[str, list[dict]] = {rt: [] for rt in runtimes}
+            for k in range(args.rounds):
+                for rt in _order(runtimes, k):
+                    out = Path(tmp) / f"{e['name']}.{rt}.{k}.npz"
+                    result = _spawn(rt, model, feeds, out, args)
+                    runs[rt].append(result)
+                    state = (
+                        f"{result['median_ms']:.3f} ms"
+                        if result["ok"]
+                        else " ".join(result["error"].split())[:200]
+                    )
+                    print(f"{e['name']} round {k + 1} {rt}: {state}", file=sys.stderr, flush=True)
+            rows.append(summarise(e["name"], runs))
+            raw[e["name"]] = runs
+    print(
+        f"threads: {args.threads}, rounds: {args.rounds}, repeat: {args.repeat}, "
+        f"runtimes: {', '.join(runtimes)}; corpus {directory}"
+    )
+    print_table(rows, runtimes, notes)
+    if args.json:
+        geo = {
+            "nxrt_vs_ort": geomean([r["nxrt_vs_ort"] for r in rows]),
+            "nxrt_vs_ov": geomean([r["nxrt_vs_ov"] for r in rows]),
+        }
+        report = {
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "repeat": args.repeat,
+            "runtimes": runtimes,
+            "notes": notes,
+            "rows": rows,
+            "geomean": geo,
+            "workers": raw,
+        }
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,109 @@
+"""benchmarks/corpus.py lists its real-model corpus, and benchmarks/real_models.py's workers and table run.
+
+Fast and torch-free: the corpus is only listed (nothing is made), and the benchmark runs its
+onnxruntime worker on a two-node model written here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "benchmarks" / "corpus.py"
+REAL_MODELS = ROOT / "benchmarks" / "real_models.py"
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def test_corpus_lists_at_least_22_real_models_with_sources():
+    proc = _run(CORPUS, "--list")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.strip("|").split(" | ") for line in proc.stdout.splitlines()[2:] if line.startswith("| ")]
+    names = [r[0].strip() for r in rows]
+    assert len(names) >= 22, proc.stdout
+    assert len(set(names)) == len(names), f"duplicate names: {names}"
+    for name, source, notes in rows:
+        assert source.strip() and notes.strip(), f"{name} has no source or notes"
+    pretrained = [r for r in rows if "(PyPI wheel)" in r[1]]
+    assert len({r[1].split()[0] for r in pretrained}) >= 3, "fewer than 3 pretrained wheels"
+    assert all("==" in r[1].split()[0] for r in pretrained), "wheel sources pin their version"
+
+
+def _tiny_model(path: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def test_onnxruntime_worker_reports_latency_and_saves_outputs(tmp_path):
+    pytest.importorskip("onnxruntime")
+    model, feeds, out = tmp_path / "tiny.onnx", tmp_path / "tiny.feeds.npz", tmp_path / "out.npz"
+    _tiny_model(model)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
+    np.savez(feeds, x=x)
+    proc = _run(REAL_MODELS, "--worker", "onnxruntime", model, "--feeds", feeds, "--out", out, "--threads", 1)
+    assert proc.returncode == 0, proc.stderr
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    result = json.loads(line[len("RESULT ") :])
+    assert result["ok"], result
+    assert result["runtime"] == "onnxruntime" and result["threads"] == 1
+    assert result["median_ms"] > 0 and result["ready_s"] > 0
+    want = np.maximum(x @ np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), 0)
+    with np.load(out) as saved:
+        np.testing.assert_allclose(saved["o0"], want, rtol=1e-6)
+
+    # The parent: a one-model manifest, onnxruntime only (the others are not asked for).
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"models": [{"name": "tiny", "file": model.name, "feeds": feeds.name}]})
+    )
+    report = tmp_path / "report.json"
+    proc = _run(
+        REAL_MODELS,
+        "--dir",
+        tmp_path,
+        "--runtimes",
+        "onnxruntime",
+        "--rounds",
+        2,
+        "--repeat",
+        2,
+        "--json",
+        report,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "| tiny |" in proc.stdout and "**geomean**" in proc.stdout
+    row = json.loads(report.read_text())["rows"][0]
+    assert row["runtimes"]["onnxruntime"]["median_ms"] > 0
+
+
+def test_a_crashing_worker_is_reported_not_fatal(tmp_path):
+    pytest.importorskip("onnxruntime")
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    np.savez(tmp_path / "broken.feeds.npz", x=np.zeros(1, np.float32))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"models": [{"name": "broken", "file": "broken.onnx", "feeds": "broken.feeds.npz"}]})
+    )
+    proc = _run(REAL_MODELS, "--dir", tmp_path, "--runtimes", "onnxruntime", "--rounds", 1, "--repeat", 1)
+    assert proc.returncode == 0, proc.stderr
+    assert "| broken | error |" in proc.stdout
