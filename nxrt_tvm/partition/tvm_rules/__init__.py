@@ -33,7 +33,8 @@ __all__ = [
     "FUNCTION_OPS",
 ]
 
-register_shape_input_check(convert_map())  # every other op the frontend converts gets the Shape-input check
+_CONVERTERS = convert_map()
+register_shape_input_check(_CONVERTERS)  # every other op the frontend converts gets the Shape-input check
 
 
 #: Ops ONNX defines by a function body and the frontend has no converter for (Celu, Swish, SwiGLU, the
@@ -41,7 +42,7 @@ register_shape_input_check(convert_map())  # every other op the frontend convert
 FUNCTION_OPS = frozenset(
     s.name
     for s in defs.get_all_schemas()
-    if s.domain == "" and s.function_opset_versions and s.name not in convert_map()
+    if s.domain == "" and s.function_opset_versions and s.name not in _CONVERTERS
 )
 
 
