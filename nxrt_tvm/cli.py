@@ -414,6 +414,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         "kernels": counts,
         "variants": {p: [v.__dict__ for v in vs] for p, vs in variants.items()},
     }
+    profile = _profile_rows(sess, feeds, args.repeat, variants) if args.profile else None
+    if profile is not None:
+        report["profile"] = profile
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -423,10 +426,47 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             f"ratio {report['ratio']:.2f}x ({threads} threads, median of {args.repeat})"
         )
         print("kernels: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-        for part, vs in variants.items():
-            for v in vs:
-                print(f"  {part} {v.name:<50} {v.variant:<24} {v.reason}")
+        if profile is None:
+            for part, vs in variants.items():
+                for v in vs:
+                    print(f"  {part} {v.name:<50} {v.variant:<24} {v.reason}")
+        else:
+            _print_profile(profile, args.repeat)
     return 0
+
+
+#: the variant a profile shows for a VM builtin (allocation, shape checks, tuple handling)
+_VM = "vm"
+
+
+def _profile_rows(sess: InferenceSession, feeds: dict, repeat: int, variants: dict) -> list[dict]:
+    """`sess.profile` as rows: per partition its time and ep, and per function its time and variant."""
+    rows = []
+    for part in sess.profile(feeds, repeat):
+        known = {v.name: v.variant for v in variants.get(part.partition, [])}
+        rows.append(
+            {
+                "partition": part.partition,
+                "ep": part.ep,
+                "ms": round(part.seconds * 1e3, 4),
+                "functions": [
+                    {"name": name, "variant": known.get(name, _VM), "ms": round(s * 1e3, 4), "calls": n}
+                    for name, s, n in part.functions
+                ],
+            }
+        )
+    return rows
+
+
+def _print_profile(rows: list[dict], repeat: int) -> None:
+    """Partitions slowest first, each with its functions (slowest first; builtins of the VM as 'vm')."""
+    total = sum(r["ms"] for r in rows) or 1.0
+    print(f"profile (each partition timed alone, median of {repeat} calls; {total:.3f} ms in all):")
+    for r in sorted(rows, key=lambda r: -r["ms"]):
+        print(f"  {r['ms']:9.3f} ms {r['ms'] / total:6.1%}  {r['partition']} ({r['ep']})")
+        for f in r["functions"]:
+            calls = f" x{f['calls']}" if f["calls"] > 1 else ""
+            print(f"    {f['ms']:9.3f} ms  {f['variant']:<24} {f['name']}{calls}")
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
@@ -521,6 +561,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_args(bench)
     bench.add_argument("--repeat", type=int, default=50)
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time each partition alone and each TVM kernel inside it (variant and share)",
+    )
     bench.set_defaults(func=_cmd_bench)
     cache = sub.add_parser("cache", help="list or clear a compile cache (the cache_dir provider option)")
     cache.add_argument("action", choices=("ls", "clear"))

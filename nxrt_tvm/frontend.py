@@ -17,6 +17,12 @@ unsafe on shapes that only the user's input decides:
 - `BitShift` by an amount outside [0, bits) (run-time amounts): undefined in
   LLVM, garbage on AVX2; ours gives ONNX's 0 or sign fill.
 
+One converter adds opsets TVM's lacks: `Resize` 11 and 13 (TVM has only 18,
+so every opset-17 torch export's upsampling was declined) through TVM's
+opset-18 implementation, whose inputs and attributes are theirs plus ones
+(antialias, axes, keep_aspect_ratio_policy) that the earlier opsets fix to
+their defaults.
+
 The overrides are installed only while `import_onnx` runs (under a lock), so
 other users of TVM's frontend in the process see TVM's own converters.
 """
@@ -222,8 +228,28 @@ class _BitShift(onnx_frontend.BitShift):
         return relax.op.where(in_range, shifted, fill)
 
 
+def _is_empty_const(expr: relax.Expr | None) -> bool:
+    return isinstance(expr, tvm.ir.GenericConst) and expr.value.numpy().size == 0
+
+
+class _Resize(onnx_frontend.Resize):
+    """TVM's Resize-18 for Resize 11 and 13: same inputs (X, roi, scales, sizes) and attributes, less
+    the three 18 added (their defaults are the earlier behaviour). Resize 11's coordinate mode
+    tf_half_pixel_for_nn, removed in 13, is declined by the claim rule."""
+
+    @classmethod
+    def _impl_v11(cls, bb, inputs, attr, params):
+        inputs = list(inputs)
+        if len(inputs) > 3 and _is_empty_const(inputs[2]):  # Resize-11's scales is required: empty with sizes
+            inputs[2] = None
+        return onnx_frontend.Resize._impl_v18.__func__(cls, bb, inputs, attr, params)
+
+    _impl_v13 = _impl_v11
+
+
 _OVERRIDES: dict[str, type] = {
     "Slice": _Slice,
+    "Resize": _Resize,
     "BitShift": _BitShift,
     **{
         op: _guarded_along_axis(getattr(onnx_frontend, op), op)

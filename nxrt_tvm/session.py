@@ -34,8 +34,9 @@ from .partition.grouping import group_nodes
 from .partition.plan import PartitionPlan, make_plan
 from .providers import EP_REGISTRY, FALLBACK_EP
 from .session_options import SessionConfig
+from .timing import median_seconds
 
-__all__ = ["InferenceSession", "NodeArg", "DEFAULT_PROVIDERS"]
+__all__ = ["InferenceSession", "NodeArg", "PartitionTime", "DEFAULT_PROVIDERS"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,18 @@ def _make_providers(
     if not any(p.ep_id == FALLBACK_EP for p in made):
         made.append(EP_REGISTRY.create(FALLBACK_EP))  # type: ignore[arg-type]
     return made
+
+
+@dataclass(frozen=True)
+class PartitionTime:
+    """One partition's share of a run (`InferenceSession.profile`): its kernel's median seconds per
+    call, and where the kernel can see inside itself, each function it calls, slowest first
+    (name, median seconds in all per call, calls per call)."""
+
+    partition: str
+    ep: str
+    seconds: float
+    functions: tuple[tuple[str, float, int], ...] = ()
 
 
 class InferenceSession:
@@ -304,6 +317,22 @@ class InferenceSession:
             for name in release:
                 env.pop(name, None)
         return [self._fetch(name, env) for name in wanted]
+
+    def profile(self, input_feed: dict[str, Any], repeat: int = 20) -> list[PartitionTime]:
+        """Where a run's time goes, partition by partition in run order: each kernel timed on its own
+        inputs (`repeat` calls after one untimed), with its functions' times where it reports them."""
+        env: dict[str, TensorView] = dict(self._validate(input_feed))
+        times = []
+        for partition, kernel in zip(self._live, self._kernels):
+            inputs = [env[name] for name in kernel.input_names]
+            seconds = median_seconds(lambda: kernel.compute(inputs), repeat)  # noqa: B023 - called here
+            functions = sorted(
+                ((name, s, n) for name, (s, n) in kernel.function_times(inputs, repeat).items()),
+                key=lambda f: -f[1],
+            )
+            times.append(PartitionTime(partition.name, partition.ep, seconds, tuple(functions)))
+            env.update(zip(kernel.output_names, kernel.compute(inputs)))
+        return times
 
     def _fetch(self, name: str, env: dict[str, Any]) -> Any:
         if name in env:

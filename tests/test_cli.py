@@ -130,6 +130,31 @@ def test_bench_reports_ratio_and_kernel_variants(capsys, tmp_path):
     assert all(v["reason"] for vs in report["variants"].values() for v in vs)
 
 
+def test_bench_profile_times_every_partition_and_kernel(capsys, tmp_path):
+    """The split demo model: a TVM partition on each side of a fallback LpNormalization. Every partition is
+    timed; each TVM kernel the VM calls appears with its variant, and the kernels fit in their partition."""
+    path = tmp_path / "split.onnx"
+    onnx.save(model_zoo.split_model(), path)
+    assert main(["bench", str(path), "--repeat", "3", "--json", "--profile"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = report["profile"]
+    assert {r["partition"] for r in rows if r["ep"] == "TvmExecutionProvider"} == set(report["variants"])
+    assert {r["ep"] for r in rows} == {"TvmExecutionProvider", "CPUExecutionProvider"}
+    for r in rows:
+        assert r["ms"] > 0
+        if r["ep"] == "CPUExecutionProvider":
+            assert r["functions"] == []
+            continue
+        compiled = {v["name"]: v["variant"] for v in report["variants"][r["partition"]]}
+        timed = {f["name"]: f["variant"] for f in r["functions"] if f["variant"] != "vm"}
+        assert timed and set(timed) <= set(compiled), (timed, compiled)
+        assert all(compiled[n] == v for n, v in timed.items())
+        assert sum(f["ms"] for f in r["functions"]) <= r["ms"] * 1.5 + 0.05
+    assert main(["bench", str(path), "--repeat", "2", "--profile"]) == 0
+    text = capsys.readouterr().out
+    assert "profile (each partition timed alone" in text and "(CPUExecutionProvider)" in text
+
+
 def test_kernel_variants_are_reported_per_partition_by_name(capsys, tmp_path):
     """A partition whose outputs nothing uses has no kernel:
     it must not shift the variants onto the wrong partition."""

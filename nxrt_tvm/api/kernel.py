@@ -42,3 +42,9 @@ class Kernel(abc.ABC):
     def variants(self) -> list[KernelVariant]:
         """Which implementation each part of the kernel runs (tuned, default schedule, ...)."""
         return []
+
+    def function_times(self, inputs: Sequence[TensorView], repeat: int) -> dict[str, tuple[float, int]]:
+        """Where one call's time goes, for profiles: each function the kernel calls (by the names
+        `variants` gives) to (median seconds per call over `repeat` calls, times called per call); {}
+        where a kernel cannot see inside itself (the fallback's partitions are timed whole)."""
+        return {}

@@ -216,6 +216,21 @@ def _variant(name: str, attrs) -> KernelVariant:
     return KernelVariant(name, "tvm-default", "no tuning record and no schedule rule fits")
 
 
+def _called_kernels(mod: tvm.IRModule) -> set[str]:
+    """Names of the PrimFuncs the Relax functions call (a weight-prepack kernel that FoldConstant ran at
+    compile time is no longer called)."""
+    called: set[str] = set()
+
+    def visit(expr) -> None:
+        if isinstance(expr, tvm.ir.GlobalVar):
+            called.add(expr.name_hint)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return called
+
+
 def _record(variants: list[KernelVariant]) -> tvm.transform.Pass:
     """A pass that notes, per kernel, which implementation the schedule phase gave it."""
 
@@ -223,8 +238,9 @@ def _record(variants: list[KernelVariant]) -> tvm.transform.Pass:
     @own_pass
     def record(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         variants.clear()
+        called = _called_kernels(mod)
         for gv, func in mod.functions.items():
-            if isinstance(func, tvm.tirx.PrimFunc):
+            if isinstance(func, tvm.tirx.PrimFunc) and gv.name_hint in called:
                 variants.append(_variant(gv.name_hint, func.attrs or {}))
         return mod
 
@@ -248,8 +264,8 @@ def lowering_passes(
         *fusion_passes(target, lowering),
         *tuned,
         *schedule,
-        _record(notes),
         *fold_layouts,
+        _record(notes),  # after the layout rewrites, which rename the kernels they split (`..._prepacked`)
         *backend.dataflow_lower_passes(target),
         *backend.finalize_passes(target),
     ]

@@ -220,6 +220,70 @@ def test_resize_scale_with_fractional_output_is_declined():
     runs_like_ort(m, {"x": np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)})
 
 
+RESIZE_CASES = [  # (attributes, scales or None, sizes or None): what torch and Paddle export
+    (
+        {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+        [1, 1, 2, 2],
+        None,
+    ),
+    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, [1, 1, 2, 2], None),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, [1, 1, 0.5, 0.5], None),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, None, [1, 3, 9, 7]),
+    ({"mode": "cubic", "coordinate_transformation_mode": "half_pixel"}, [1, 1, 2, 3], None),
+    ({"mode": "nearest"}, None, [1, 3, 3, 5]),
+]
+
+
+@pytest.mark.parametrize("opset", [11, 13, 17])
+@pytest.mark.parametrize("attrs,scales,sizes", RESIZE_CASES)
+def test_resize_before_opset_18_runs_like_ort(opset, attrs, scales, sizes):
+    """TVM's converter starts at Resize-18; ours runs 11..17 (most torch exports are opset 17)."""
+    inits, ins = [], ["x", "", ""]
+    if scales is not None:
+        inits.append(nh.from_array(np.array(scales, np.float32), "sc"))
+        ins[2] = "sc"
+    else:
+        inits.append(nh.from_array(np.array(sizes, np.int64), "sz"))
+        ins.append("sz")
+    if opset == 11:  # roi and scales are not optional at 11: empty tensors where unused
+        inits.append(nh.from_array(np.zeros(0, np.float32), "roi"))
+        ins[1] = "roi"
+        if scales is None:
+            inits.append(nh.from_array(np.zeros(0, np.float32), "sc"))
+            ins[2] = "sc"
+    m = model(
+        [h.make_node("Resize", ins, ["y"], **attrs)],
+        [vi("x", T.FLOAT, [1, 3, 6, 8])],
+        [vo("y", T.FLOAT, 4)],
+        inits,
+        opset=opset,
+    )
+    x = np.random.default_rng(1).standard_normal((1, 3, 6, 8)).astype(np.float32)
+    runs_like_ort(m, {"x": x})
+
+
+def test_resize_10_and_tf_half_pixel_for_nn_are_declined():
+    import nxrt_tvm as nx
+
+    x = vi("x", T.FLOAT, [1, 1, 4, 4])
+    sc = nh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")
+    m = model([h.make_node("Resize", ["x", "sc"], ["y"])], [x], [vo("y", T.FLOAT, 4)], [sc], opset=10)
+    (decline,) = nx.InferenceSession(m).plan.declines
+    assert decline.rejected is Rejected.OPSET and "lowest version 11" in decline.detail, decline
+    m = model(
+        [
+            h.make_node(
+                "Resize", ["x", "roi", "sc"], ["y"], coordinate_transformation_mode="tf_half_pixel_for_nn"
+            )
+        ],
+        [x],
+        [vo("y", T.FLOAT, 4)],
+        [sc, nh.from_array(np.zeros(0, np.float32), "roi")],
+        opset=11,
+    )
+    declined(m, Rejected.ATTRIBUTE, "tf_half_pixel_for_nn")
+
+
 def test_pow_needs_matching_float_types():
     m = model(
         [h.make_node("Pow", ["x", "e"], ["y"])],

@@ -197,7 +197,7 @@ for _op in _REDUCE_OPS:
 # Without: runtime scales/sizes fail to import; antialias, axes, keep_aspect_ratio_policy
 # and half_pixel_symmetric fail to import or build; a scale that does not give an integral
 # output size is applied as out/in by TVM, not as the given scale (wrong values).
-@rule("Resize", since=10)
+@rule("Resize", since=11)
 def _resize(ctx: NodeContext) -> None:
     rank = ctx.rank(0)
     require(
@@ -207,10 +207,8 @@ def _resize(ctx: NodeContext) -> None:
         accepts="rank 3, 4 or 5 inputs (resize1d/2d/3d)",
         remediation=FALLBACK,
     )
-    scales_i = 1 if ctx.opset < 11 else 2
-    require_const(ctx, scales_i, "scales")
-    if ctx.opset >= 11:
-        require_const(ctx, 3, "sizes")
+    require_const(ctx, 2, "scales")
+    require_const(ctx, 3, "sizes")
     require_attr(ctx, "antialias", (0,), 0, accepts="antialias=0")
     require(
         ctx.attr("axes") is None,
@@ -231,7 +229,7 @@ def _resize(ctx: NodeContext) -> None:
     )
     if ctx.attr("coordinate_transformation_mode", b"") in (b"tf_crop_and_resize", "tf_crop_and_resize"):
         require_const(ctx, 1, "roi")
-    scales = ctx.const(scales_i)
+    scales = ctx.const(2)
     shape = ctx.inputs[0].shape if ctx.inputs[0] else None
     if scales is not None and scales.size and shape is not None:
         for d, s in zip(shape, scales.tolist()):
