@@ -16,12 +16,28 @@ unsafe on shapes that only the user's input decides:
   message naming the node (`IndexOutOfBounds` in the kernel).
 - `BitShift` by an amount outside [0, bits) (run-time amounts): undefined in
   LLVM, garbage on AVX2; ours gives ONNX's 0 or sign fill.
+- `Max`, `Min`, `Sum`, `Mean` of tensors: TVM broadcasts, stacks and reduces
+  them; `R.stack` has no layout rule, so one Max in a partition kept every
+  convolution in it in NCHW (a 1-D conv written as Nx1 2-D ran 50x slower
+  than onnxruntime). Ours fold the inputs pairwise (maximum, add, ...), as TVM
+  itself does where shapes are unknown: elementwise ops that fuse.
+- `Clip`: TVM emits its bounds as TE kernels (`emit_te(topi.maximum)`), which
+  layout conversion cannot see through: each ReLU6 between NHWC convolutions
+  became transpose, clip, transpose (a third of MobileNetV2's run time). Ours
+  are Relax `maximum`/`minimum`.
 
 One converter adds opsets TVM's lacks: `Resize` 11 and 13 (TVM has only 18,
 so every opset-17 torch export's upsampling was declined) through TVM's
 opset-18 implementation, whose inputs and attributes are theirs plus ones
 (antialias, axes, keep_aspect_ratio_policy) that the earlier opsets fix to
 their defaults.
+
+Models at old opsets (the ONNX model zoo's opset-8/9 CNNs, Paddle's opset 11/12
+exports) use op versions older than TVM's lowest converter for Conv, Relu,
+BatchNormalization, Concat, Reshape, Gemm, ...: where the later versions only
+added types, negative axes or optional inputs (`EARLIER_VERSIONS`), TVM's lowest
+converter also serves those versions. Ops whose meaning changed (Softmax's 2-D
+coercion before 13, attributes that became inputs) are not in the table.
 
 The overrides are installed only while `import_onnx` runs (under a lock), so
 other users of TVM's frontend in the process see TVM's own converters.
@@ -30,6 +46,7 @@ other users of TVM's frontend in the process see TVM's own converters.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import re
 import threading
@@ -37,6 +54,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 import tvm
 from tvm import relax, tirx
@@ -44,7 +62,15 @@ from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 from .api.errors import CompileFailed
 
-__all__ = ["GUARD_MARKER", "GuardFailure", "convert_map", "min_opset", "import_onnx", "parse_guard_failure"]
+__all__ = [
+    "EARLIER_VERSIONS",
+    "GUARD_MARKER",
+    "GuardFailure",
+    "convert_map",
+    "min_opset",
+    "import_onnx",
+    "parse_guard_failure",
+]
 
 #: Prefix of the message an index guard fails with; `parse_guard_failure` reads it back.
 GUARD_MARKER = "nxrt-index-guard"
@@ -228,6 +254,41 @@ class _BitShift(onnx_frontend.BitShift):
         return relax.op.where(in_range, shifted, fill)
 
 
+def _pairwise(base: type) -> type:
+    """`base` (a TVM variadic elementwise converter) folding tensor inputs pairwise, never stacking them."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        if all(isinstance(i, tvm.ir.GenericConst) for i in inputs):  # folded in numpy by TVM's converter
+            return base._impl_v1.__func__(cls, bb, inputs, attr, params)
+        return cls._impl_dynamic(bb, inputs)
+
+    return type(f"Nxrt{base.__name__}", (base,), {"_impl_v1": _impl_v1})
+
+
+class _Clip(onnx_frontend.Clip):
+    """TVM's Clip with Relax maximum/minimum (layout-aware, fusible) instead of TE kernels."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x = inputs[0]
+        dtype = x.ty.dtype.dtype
+        lo, hi = float(attr.get("min", -np.inf)), float(attr.get("max", np.inf))
+        return relax.op.minimum(relax.op.maximum(x, relax.const(lo, dtype)), relax.const(hi, dtype))
+
+    @classmethod
+    def _impl_v11(cls, bb, inputs, attr, params):
+        x = inputs[0]
+        inputs = [*inputs, None, None][:3]
+        if inputs[1] is not None:
+            x = bb.normalize(relax.op.maximum(x, cls._sanitize_nan_clip_bound(bb, inputs[1], for_min=True)))
+        if inputs[2] is not None:
+            x = bb.normalize(relax.op.minimum(x, cls._sanitize_nan_clip_bound(bb, inputs[2], for_min=False)))
+        return x
+
+    _impl_v13 = _impl_v11
+
+
 def _is_empty_const(expr: relax.Expr | None) -> bool:
     return isinstance(expr, tvm.ir.GenericConst) and expr.value.numpy().size == 0
 
@@ -250,13 +311,54 @@ class _Resize(onnx_frontend.Resize):
 _OVERRIDES: dict[str, type] = {
     "Slice": _Slice,
     "Resize": _Resize,
+    "Clip": _Clip,
     "BitShift": _BitShift,
     **{
         op: _guarded_along_axis(getattr(onnx_frontend, op), op)
         for op in ("Gather", "GatherElements", "Scatter", "ScatterElements")
     },
     **{op: _guarded_nd(getattr(onnx_frontend, op), op) for op in ("GatherND", "ScatterND")},
+    **{op: _pairwise(getattr(onnx_frontend, op)) for op in ("Max", "Min", "Sum", "Mean")},
 }
+
+
+#: op -> the earliest ONNX version whose semantics are those of TVM's lowest converter (every version from
+#: it on differs only by added types, negative axes, optional inputs or attributes whose default is the old
+#: behaviour: BatchNormalization-14's training_mode, Reshape-14's allowzero). From the ONNX changelog.
+EARLIER_VERSIONS = {
+    "BatchNormalization": 9,
+    "Cast": 6,
+    "Concat": 4,
+    "Constant": 1,
+    "Conv": 1,
+    "Gemm": 9,
+    "LRN": 1,
+    "MatMul": 1,
+    "ReduceMean": 1,
+    "Relu": 6,
+    "Reshape": 5,
+    "Shape": 1,
+    "Sigmoid": 6,
+    "Slice": 10,
+    "Transpose": 1,
+}
+
+
+def _from_earlier(base: type, since: int) -> type:
+    """`base` with its lowest implementation also registered for versions from `since` on."""
+    versions = [int(n[len("_impl_v") :]) for n in dir(base) if n.startswith("_impl_v")]
+    if since >= min(versions):
+        return base
+    lowest = inspect.getattr_static(base, f"_impl_v{min(versions)}")
+    return type(f"Nxrt{base.__name__}", (base,), {f"_impl_v{since}": lowest})
+
+
+_OVERRIDES.update(
+    {
+        op: _from_earlier(_OVERRIDES.get(op) or onnx_frontend._get_convert_map()[op], since)
+        for op, since in EARLIER_VERSIONS.items()
+    }
+)
 
 
 def convert_map() -> dict[str, type]:

@@ -72,3 +72,44 @@ def test_symbolic_dim_must_agree_across_inputs():
     sess = nx.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     with pytest.raises(nx.InputShapeMismatch, match=r"\('N'\) is 3, but 'N' was 2"):
         sess.run(None, {"a": np.zeros((2, 3), np.float32), "b": np.zeros((3, 3), np.float32)})
+
+
+@pytest.mark.parametrize("unknown", [-1, "?"], ids=["paddle-dim-value-minus-1", "tf2onnx-question-mark"])
+def test_exporters_any_size_dims_take_any_size(unknown):
+    """Paddle declares a free batch as dim_value -1, tf2onnx names every free dim "?": neither is a size,
+    and two dims that carry "?" need not be equal (onnxruntime runs all three feeds below)."""
+    from onnx import TensorProto, helper
+
+    inputs = []
+    for name in ("a", "b"):
+        vi = helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 3])
+        dim = vi.type.tensor_type.shape.dim[0]
+        dim.Clear()
+        if unknown == -1:
+            dim.dim_value = -1
+        else:
+            dim.dim_param = unknown
+        inputs.append(vi)
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["a"], ["sa"], keepdims=0), helper.make_node("Relu", ["b"], ["y"])],
+        "g",
+        inputs,
+        [
+            helper.make_tensor_value_info("sa", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 3]),
+        ],
+        initializer=[],
+    )
+    graph.node[0].input.append("axes")
+    graph.initializer.append(helper.make_tensor("axes", TensorProto.INT64, [1], [0]))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = nx.InferenceSession(model)
+    rng = np.random.default_rng(0)
+    for na, nb in ((1, 1), (4, 2), (2, 5)):
+        a, b = (
+            rng.standard_normal((na, 3)).astype(np.float32),
+            rng.standard_normal((nb, 3)).astype(np.float32),
+        )
+        sa, y = sess.run(None, {"a": a, "b": b})
+        np.testing.assert_allclose(sa, a.sum(0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(y, np.maximum(b, 0))

@@ -17,7 +17,7 @@ from parity import ort_run
 import nxrt_tvm as nx
 from nxrt_tvm.api.device import DeviceId, DeviceType
 from nxrt_tvm.api.tensor import TensorView
-from nxrt_tvm.frontend import convert_map, import_onnx, parse_guard_failure
+from nxrt_tvm.frontend import EARLIER_VERSIONS, convert_map, import_onnx, parse_guard_failure
 from nxrt_tvm.graph.model import ValueInfo
 from nxrt_tvm.lower.build import build_executable
 from nxrt_tvm.lower.target import make_target
@@ -237,6 +237,10 @@ def test_the_convert_map_is_tvms_with_our_overrides():
         "Scatter",
         "ScatterElements",
         "ScatterND",
+        "Resize",
+        "Clip",
+        *("Max", "Min", "Sum", "Mean"),
+        *EARLIER_VERSIONS,
     }
     assert onnx_frontend._get_convert_map()["Slice"] is onnx_frontend.Slice  # installed only while importing
 

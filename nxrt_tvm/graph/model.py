@@ -39,6 +39,11 @@ ModelSource = str | Path | bytes | onnx.ModelProto
 Dim = int | str | None
 
 
+#: dim_params exporters give every unknown dim (tf2onnx, Paddle): they name no size, so two dims that
+#: carry one are not the same size (onnxruntime does not relate them either)
+ANONYMOUS_DIMS = frozenset({"?", "-1"})
+
+
 @dataclass(frozen=True)
 class ValueInfo:
     """A value's element type (ONNX enum, None when unknown) and shape (None when rank is unknown)."""
@@ -81,11 +86,11 @@ class ValueInfo:
             return cls(vi.name, elem, None)
         dims: list[Dim] = []
         for d in tt.shape.dim:
-            if d.HasField("dim_value"):
+            if d.HasField("dim_value") and d.dim_value >= 0:
                 dims.append(int(d.dim_value))
-            elif d.HasField("dim_param") and d.dim_param:
+            elif d.HasField("dim_param") and d.dim_param and d.dim_param not in ANONYMOUS_DIMS:
                 dims.append(d.dim_param)
-            else:
+            else:  # no size, or one exporters write for "any" (Paddle's -1, tf2onnx's "?"): unknown
                 dims.append(None)
         return cls(vi.name, elem, tuple(dims))
 

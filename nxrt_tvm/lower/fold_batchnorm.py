@@ -25,6 +25,10 @@ __all__ = ["FoldBatchNormIntoConv"]
 
 
 def _array(expr: relax.Expr) -> np.ndarray:
+    """A constant's value; a broadcast constant (ConstantOfShape weights) as its full array."""
+    if isinstance(expr, relax.Call):
+        shape = [int(d) for d in expr.args[1].values]
+        return np.broadcast_to(expr.args[0].value.numpy(), shape)
     return expr.value.numpy()
 
 
@@ -35,7 +39,7 @@ class FoldBatchNormIntoConv:
 
     def __init__(self) -> None:
         self.data = wildcard()
-        self.weight = is_const()
+        self.weight = is_const() | is_op("relax.broadcast_to")(is_const(), wildcard())
         self.conv = is_op("relax.nn.conv2d")(self.data, self.weight)
         self.bias = is_const()
         shaped_bias = is_op("relax.reshape")(self.bias, wildcard()) | self.bias

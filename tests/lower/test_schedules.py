@@ -68,14 +68,21 @@ def batch_matmul(b, m, k, n):
     )
 
 
-def conv(n, c, h, w, oc, kernel, stride, pad):
+def conv(n, c, h, w, oc, kernel, stride, pad, group=1, act="Relu"):
     nodes = [
         helper.make_node(
-            "Conv", ["x", "w", "b"], ["y"], kernel_shape=[kernel] * 2, strides=[stride] * 2, pads=[pad] * 4
+            "Conv",
+            ["x", "w", "b"],
+            ["y"],
+            kernel_shape=[kernel] * 2,
+            strides=[stride] * 2,
+            pads=[pad] * 4,
+            group=group,
         ),
-        helper.make_node("Relu", ["y"], ["out"]),
+        helper.make_node(act, ["y"], ["out"]),
     ]
-    return _model(nodes, [("x", [n, c, h, w])], ["out"], [("w", [oc, c, kernel, kernel]), ("b", [oc])])
+    weights = [("w", [oc, c // group, kernel, kernel]), ("b", [oc])]
+    return _model(nodes, [("x", [n, c, h, w])], ["out"], weights)
 
 
 def pool(op, shape, **attrs):
@@ -150,6 +157,10 @@ CASES = {
     "conv3x3s2_2x8x15x15": (conv(2, 8, 15, 15, 17, 3, 2, 1), "conv", 1e-4),
     "conv1x1_1x16x7x7": (conv(1, 16, 7, 7, 24, 1, 1, 0), "conv", 1e-4),
     "conv3x3_1x8x14x14": (conv(1, 8, 14, 14, 32, 3, 1, 1), "conv", 1e-4),  # 7-row tiles (14 = 2 x 7)
+    # depthwise: every operand read per channel, the tile's rows are output pixels
+    "dwconv3x3_1x32x14x14": (conv(1, 32, 14, 14, 32, 3, 1, 1, group=32), "conv", 1e-4),
+    "dwconv3x3s2_2x24x15x15": (conv(2, 24, 15, 15, 24, 3, 2, 1, group=24), "conv", 1e-4),
+    "dwconv5x5_1x40x9x9": (conv(1, 40, 9, 9, 40, 5, 1, 2, group=40, act="Sigmoid"), "conv", 1e-4),
     "maxpool3x3s2_1x5x13x13": (
         pool("MaxPool", [1, 5, 13, 13], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
         "pooling",
@@ -387,22 +398,62 @@ def test_a_transformers_export_has_no_tvm_default_kernel():
     assert variants and "tvm-default" not in variants
 
 
-def test_layout_conversion_that_tvm_cannot_infer_keeps_the_module_buildable():
-    """Max of two inputs imports as R.stack, whose layout inference fails
-    in TVM 0.27: the conv stays NCHW (TVM's default kernel) instead of the
-    partition being declined; a module without convolutions is untouched."""
+def test_convolutions_run_nhwc_where_tvm_cannot_convert_the_module():
+    """TVM 0.27's ConvertLayout fails on a module whose batch is a Slice of a symbolic dim ("DataflowBlock
+    Pass should not rewrite or delete any global-scope Var": jax2tf's Magika). Each conv is then converted
+    alone, between transposes, so it still runs the NHWC conv rule (NCHW with a width of 1 ran 50x slower
+    than onnxruntime)."""
+    ends = [("s", [0]), ("e", [1_000_000_000]), ("a", [0])]
     nodes = [
-        helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
-        helper.make_node("Max", ["y", "x2"], ["out"]),
+        helper.make_node("Slice", ["x", "s", "e", "a"], ["xs"]),
+        helper.make_node("Conv", ["xs", "w"], ["out"], kernel_shape=[5, 1]),
     ]
-    model = _model(nodes, [("x", [1, 4, 6, 6]), ("x2", [1, 4, 6, 6])], ["out"], [("w", [4, 4, 3, 3])])
-    assert _run_both(model, 1e-4).plan.nodes_by_ep() == {"TvmExecutionProvider": 2}
-    maximum = _model([helper.make_node("Max", ["a", "b"], ["out"])], [("a", [3]), ("b", [3])], ["out"])
-    assert _run_both(maximum, 0).plan.nodes_by_ep() == {"TvmExecutionProvider": 1}
-    conv_only = _lowered(CASES["conv1x1_1x16x7x7"][0])
-    assert any(
-        f.attrs is not None and f.attrs.get(RULE_ATTR) == "conv" for f in _prim_funcs(conv_only).values()
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16, 20, 1])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["M", 24, 16, 1])],
+        initializer=[
+            numpy_helper.from_array(RNG.standard_normal((24, 16, 5, 1)).astype(np.float32), "w"),
+            *(numpy_helper.from_array(np.array(v, np.int64), n) for n, v in ends),
+        ],
     )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(tvm.error.InternalError, match="global-scope Var"):
+        tvm.relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(import_onnx(model))
+    funcs = _prim_funcs(_lowered(model))
+    assert any(f.attrs is not None and f.attrs.get(RULE_ATTR) == "conv" for f in funcs.values())
+    session = nx.InferenceSession(model)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        x = {"x": RNG.standard_normal((batch, 16, 20, 1)).astype(np.float32)}
+        np.testing.assert_allclose(session.run(None, x)[0], ref.run(None, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_clip_between_convolutions_stays_nhwc():
+    """TVM imports Clip as TE kernels, opaque to layout conversion (each ReLU6 was transpose, clip,
+    transpose); ours are Relax maximum/minimum, fused into the conv before them."""
+    model = conv(1, 16, 8, 8, 16, 3, 1, 1, act="Relu")
+    model.graph.node[1].op_type = "Clip"
+    model.graph.node[1].input.extend(["lo", "hi"])
+    model.graph.initializer.extend(
+        [numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")]
+    )
+    _run_both(model, 1e-4)
+    names = list(_prim_funcs(_lowered(model)))
+    assert any("conv2d" in n and "maximum" in n and "minimum" in n for n in names), names
+    assert sum("transpose" in n for n in names) <= 2, names  # the model's own NCHW input and output
+
+
+def test_single_row_softmax_is_not_parallel_over_its_reduced_axis():
+    """dlight's reduction rule on a [1, 1000] softmax (every classifier's head) ran its 1000 columns as
+    parallel iterations, each reducing the whole row into one shared scalar: 1000x the work and a race."""
+    model = softmax([1, 1000])
+    _run_both(model, 1e-5)
+    funcs = _prim_funcs(_lowered(model))
+    softmax_kernel = next(f for n, f in funcs.items() if "softmax" in n)
+    assert str(softmax_kernel.attrs[RULE_ATTR]) != "normalization"
+    assert "T.parallel(T.int64(1000))" not in softmax_kernel.script()
 
 
 @pytest.mark.parametrize("with_matmul", [False, True], ids=["alone", "next-to-a-packed-matmul"])

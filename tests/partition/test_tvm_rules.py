@@ -284,6 +284,31 @@ def test_resize_10_and_tf_half_pixel_for_nn_are_declined():
     declined(m, Rejected.ATTRIBUTE, "tf_half_pixel_for_nn")
 
 
+def test_opset_9_cnn_runs_on_tvm_through_the_lowest_converters():
+    """The ONNX model zoo's CNNs are opset 8/9: Conv-1, BatchNormalization-9, Relu-6, Concat-4, Reshape-5,
+    Gemm-9 mean what TVM's lowest converters (11-15) implement, so they are claimed, not declined."""
+    r = np.random.default_rng(2)
+    inits = [
+        nh.from_array(r.standard_normal((6, 3, 3, 3)).astype(np.float32), "w"),
+        *(nh.from_array(np.abs(r.standard_normal(6)).astype(np.float32) + 0.1, n) for n in "gbmv"),
+        nh.from_array(np.array([1, -1], np.int64), "flat"),
+        nh.from_array(r.standard_normal((10, 12 * 5 * 5)).astype(np.float32), "fc"),
+        nh.from_array(r.standard_normal(10).astype(np.float32), "fcb"),
+    ]
+    nodes = [
+        h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        h.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"]),
+        h.make_node("Relu", ["n"], ["r"]),
+        h.make_node("Sigmoid", ["c"], ["s"]),
+        h.make_node("Concat", ["r", "s"], ["cat"], axis=1),
+        h.make_node("Reshape", ["cat", "flat"], ["f"]),
+        h.make_node("Gemm", ["f", "fc", "fcb"], ["y"], transB=1),
+    ]
+    m = model(nodes, [vi("x", T.FLOAT, [1, 3, 5, 5])], [vi("y", T.FLOAT, [1, 10])], inits, opset=9)
+    m.ir_version = 4
+    runs_like_ort(m, {"x": r.standard_normal((1, 3, 5, 5)).astype(np.float32)})
+
+
 def test_pow_needs_matching_float_types():
     m = model(
         [h.make_node("Pow", ["x", "e"], ["y"])],

@@ -6,7 +6,8 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
 
 =================  ==========================================================
 `Winograd`         the input and output transforms of Winograd convolutions (unrolled, channel vectors)
-`Conv`             convolution, NHWC (padding as its own loop, register tile, epilogue)
+`Conv`             convolution, NHWC (padding as its own loop, register tile, epilogue); depthwise with
+                   output pixels as the tile's rows
 `Matmul`           matmul, dense, batch matmul (+ bias/activation epilogue)
 `Pooling`          max/average pooling, single-input reductions
 `RowReduction`     softmax-like chains of last-axis reductions (vectorised partial reductions per row)
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ..fold_batchnorm import FoldBatchNormIntoConv
 from ..precision import PreciseFastMath
@@ -112,9 +114,10 @@ def _has_conv(mod: tvm.IRModule) -> bool:
 def convert_conv_layout() -> tvm.transform.Pass:
     """`ConvertLayout(CONV_LAYOUT)` where a module has convolutions, else nothing.
 
-    TVM's layout inference is not total (0.27's `R.stack`, which Max/Min/Sum of several inputs import
-    as, fails on any layout), so a module whose conversion fails keeps its own layout: slower
-    NCHW convolutions, never a declined partition.
+    TVM's layout conversion is not total (0.27 fails a whole module on some symbolic-shape dataflow:
+    "DataflowBlock Pass should not rewrite or delete any global-scope Var"), so where it fails each
+    convolution is converted on its own, between transposes (`_nhwc_between_transposes`): a layout
+    copy per conv instead of NCHW convolutions (a jax2tf 1-D conv as Nx1 2-D ran 50x slower in NCHW).
     """
 
     @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.ConvertConvLayout")
@@ -124,10 +127,47 @@ def convert_conv_layout() -> tvm.transform.Pass:
             return mod
         try:
             return relax.transform.ConvertLayout(CONV_LAYOUT)(mod)
-        except tvm.error.InternalError:  # a failed check in a layout-inference rule
-            return mod
+        except tvm.error.InternalError:  # a failed check in TVM's layout conversion
+            return _nhwc_between_transposes(mod)
 
     return convert
+
+
+def _nhwc_between_transposes(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every NCHW/OIHW 2-D convolution as ``NHWC->NCHW(conv_nhwc(NCHW->NHWC(x), OIHW->HWIO(W)))``."""
+    conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+
+    def rewrite(call: relax.Call, _matches) -> relax.Expr:
+        attrs = call.attrs
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
+            return call
+        data, weight = call.args
+        nhwc = relax.op.nn.conv2d(
+            relax.op.permute_dims(data, [0, 2, 3, 1]),
+            relax.op.permute_dims(weight, [2, 3, 1, 0]),
+            strides=attrs.strides,
+            padding=attrs.padding,
+            dilation=attrs.dilation,
+            groups=attrs.groups,
+            data_layout="NHWC",
+            kernel_layout="HWIO",
+            out_layout="NHWC",
+            out_dtype=attrs.out_dtype,
+        )
+        return relax.op.permute_dims(nhwc, [0, 3, 1, 2])
+
+    updates = {}
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewritten = rewrite_call(conv, rewrite, func)
+            if not rewritten.same_as(func):
+                updates[gv] = rewritten
+    if not updates:
+        return mod
+    mod = mod.clone()
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod
 
 
 def cpu_schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:

@@ -4,12 +4,18 @@ size/stride/padding): ``out[n, h, w, oc] = sum pad(x) * W``.
 The padding is its own parallel loop; the register tile is output channels
 (vectorised, contiguous HWIO weight vectors, packed into panels when constant)
 by output pixels of one row, each input value broadcast to all of its channels.
+A depthwise convolution reads every operand per channel, so nothing is broadcast:
+its rows are output pixels of one row all the same, independent FMA chains
+(MobileNet's 3x3 depthwise convs went from dlight's reduction rule, 10x
+onnxruntime, to the tile).
 """
 
 from __future__ import annotations
 
+from tvm import tirx
+
 from .base import CpuRule, vector_lanes
-from .core import contraction_shape, tile_contraction
+from .core import ContractionShape, contraction_shape, tile_contraction
 
 __all__ = ["Conv"]
 
@@ -21,8 +27,23 @@ class Conv(CpuRule):
 
     def schedule(self, sch, blocks, target):
         shape = contraction_shape(sch, blocks)
-        if shape is None or len(sch.get(shape.block).reads) < 2 or shape.i_axis is None:
+        if shape is None or len(sch.get(shape.block).reads) < 2:
             return None
         if shape.reduce < 2 and shape.block_index == 0:
             return None  # a plain matmul: the Matmul rule's job
+        if shape.i_axis is None:  # every operand is read per channel: depthwise, rows are output pixels
+            shape = _pixel_rows(sch, shape)
+            if shape is None:
+                return None
         return tile_contraction(sch, blocks, shape, vector_lanes(target), inline_producers=False)
+
+
+def _pixel_rows(sch, shape: ContractionShape) -> ContractionShape | None:
+    """A depthwise convolution's shape with the output width (the spatial axis before channels) as the
+    rows of the register tile: no operand is shared by rows, but each row's FMAs are independent."""
+    if shape.spatial < 3 or shape.reduce < 2:
+        return None
+    width = sch.get(shape.block).iter_vars[shape.spatial - 2].dom.extent
+    if isinstance(width, tirx.IntImm) and width.value == 1:
+        return None
+    return ContractionShape(shape.block, shape.block_index, shape.spatial, shape.reduce, shape.spatial - 2)

@@ -76,10 +76,14 @@ def contraction_shape(sch: s_tir.Schedule, blocks: list) -> ContractionShape | N
         used = collect_block_iter_vars_used_in_access_region(stmt, region.region)
         if any(v.same_as(j_var) for v in used):
             j_reads.append(used)
+    # The innermost such axis that is not of extent 1 (an Nx1 conv's width: no rows to tile).
     i_axis = None
     for k in range(spatial - 2, -1, -1):
         var = stmt.iter_vars[k].var
         if all(not any(v.same_as(var) for v in used) for used in j_reads):
+            extent = stmt.iter_vars[k].dom.extent
+            if isinstance(extent, tirx.IntImm) and extent.value == 1:
+                continue
             i_axis = k
             break
     return ContractionShape(info.block_rv, index, spatial, len(kinds) - spatial, i_axis)

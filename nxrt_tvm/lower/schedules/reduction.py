@@ -20,7 +20,8 @@
 
 from __future__ import annotations
 
-from tvm import tirx
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.cpu import Reduction as _DlightReduction
 
 from ..strict import own_failure, raised_by_us
@@ -68,11 +69,30 @@ class Normalization(CpuRule):
 
     def apply(self, func, target, tunable):
         try:
-            return _DlightReduction().apply(func, target, tunable) if target.kind.name == "llvm" else None
+            if target.kind.name != "llvm" or not _has_rows(func):
+                return None
+            return _DlightReduction().apply(func, target, tunable)
         except Exception as exc:  # noqa: BLE001 - dlight refusing the function keeps TVM's default
             if raised_by_us(exc):
                 own_failure(f"schedule rule {self.name!r}", exc)
             return None
+
+
+def _has_rows(func: tirx.PrimFunc) -> bool:
+    """Whether every reduction block keeps a spatial (row) iterator after normalisation. dlight's rule
+    parallelises the first loop it finds: on a single row ([1, 1000] softmax) that was the reduced axis,
+    every thread recomputing the whole row into one shared scalar (1000x the work, and a data race)."""
+    sch = s_tir.Schedule(func)
+    blocks = normalize_prim_func(sch)
+    if not blocks:
+        return False
+    for info in blocks:
+        if info.is_injective():
+            continue
+        rows = [it.dom for it in info.iters if it.kind == "S"]
+        if not rows or all(isinstance(d, int) and d == 1 for d in rows):
+            return False
+    return True
 
 
 class RowReduction(CpuRule):

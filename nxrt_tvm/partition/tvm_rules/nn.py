@@ -159,7 +159,7 @@ for _op in ("Elu", "Selu", "ThresholdedRelu"):
 
 
 # Without: training_mode=1 returns wrong running mean/variance.
-@rule("BatchNormalization", since=14)
+@rule("BatchNormalization", since=9)
 def _batchnorm(ctx: NodeContext) -> None:
     require_attr(
         ctx,
