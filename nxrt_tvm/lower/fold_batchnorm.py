@@ -21,15 +21,24 @@ from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wi
 
 from .strict import own_pass
 
-__all__ = ["FoldBatchNormIntoConv"]
+__all__ = ["FoldBatchNormIntoConv", "constant_array"]
 
 
-def _array(expr: relax.Expr) -> np.ndarray:
-    """A constant's value; a broadcast constant (ConstantOfShape weights) as its full array."""
-    if isinstance(expr, relax.Call):
-        shape = [int(d) for d in expr.args[1].values]
-        return np.broadcast_to(expr.args[0].value.numpy(), shape)
-    return expr.value.numpy()
+def constant_array(expr: relax.Expr) -> np.ndarray | None:
+    """A constant's value, a broadcast constant (ConstantOfShape weights) as its full array; None for
+    anything computed at run time."""
+    if isinstance(expr, tvm.ir.GenericConst):
+        return expr.value.numpy()
+    if (
+        isinstance(expr, relax.Call)
+        and isinstance(expr.op, tvm.ir.Op)
+        and expr.op.name == "relax.broadcast_to"
+        and isinstance(expr.args[0], tvm.ir.GenericConst)
+        and isinstance(expr.args[1], relax.ShapeExpr)
+        and all(isinstance(d, tvm.tirx.IntImm) for d in expr.args[1].values)
+    ):
+        return np.broadcast_to(expr.args[0].value.numpy(), [int(d) for d in expr.args[1].values])
+    return None
 
 
 @relax.transform.function_pass(opt_level=0, name="nxrt_tvm.FoldBatchNormIntoConv")
@@ -58,7 +67,7 @@ class FoldBatchNormIntoConv:
     def _fold(self, expr: relax.Expr, matches) -> relax.Expr:
         conv, norm = matches[self.conv], matches[self.norm]
         attrs, bn = conv.attrs, norm.attrs
-        weight = _array(matches[self.weight])
+        weight = constant_array(matches[self.weight])
         if (
             bn.training
             or int(bn.axis) != 1
@@ -70,8 +79,12 @@ class FoldBatchNormIntoConv:
         ):
             return expr
         channels = weight.shape[0]
-        gamma, beta, mean, var = (_array(matches[p]).astype(np.float64) for p in self.stats)
-        bias = _array(matches[self.bias]).astype(np.float64) if self.bias in matches else np.zeros(channels)
+        gamma, beta, mean, var = (constant_array(matches[p]).astype(np.float64) for p in self.stats)
+        bias = (
+            constant_array(matches[self.bias]).astype(np.float64)
+            if self.bias in matches
+            else np.zeros(channels)
+        )
         if any(a.size != channels for a in (gamma, beta, mean, var, bias)):
             return expr  # a bias or statistic that broadcasts otherwise: not a per-channel affine map
         scale = gamma / np.sqrt(var + float(bn.epsilon))

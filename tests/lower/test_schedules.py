@@ -160,6 +160,9 @@ CASES = {
     # depthwise: every operand read per channel, the tile's rows are output pixels
     "dwconv3x3_1x32x14x14": (conv(1, 32, 14, 14, 32, 3, 1, 1, group=32), "conv", 1e-4),
     "dwconv3x3s2_2x24x15x15": (conv(2, 24, 15, 15, 24, 3, 2, 1, group=24), "conv", 1e-4),
+    # grouped: split into one conv per group (AlexNet's 2, ShuffleNet's 3 1x1 groups)
+    "groupconv5x5_1x16x9x9_g2": (conv(1, 16, 9, 9, 24, 5, 1, 2, group=2), "conv", 1e-4),
+    "groupconv1x1_1x24x7x7_g3": (conv(1, 24, 7, 7, 36, 1, 1, 0, group=3), "conv", 1e-4),
     "dwconv5x5_1x40x9x9": (conv(1, 40, 9, 9, 40, 5, 1, 2, group=40, act="Sigmoid"), "conv", 1e-4),
     "maxpool3x3s2_1x5x13x13": (
         pool("MaxPool", [1, 5, 13, 13], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
@@ -443,6 +446,18 @@ def test_clip_between_convolutions_stays_nhwc():
     names = list(_prim_funcs(_lowered(model)))
     assert any("conv2d" in n and "maximum" in n and "minimum" in n for n in names), names
     assert sum("transpose" in n for n in names) <= 2, names  # the model's own NCHW input and output
+
+
+def test_a_grouped_conv_past_the_split_limit_is_not_dlights_reduction():
+    """A contraction is never the normalisation rule's: dlight's reduction ran AlexNet's grouped 5x5 conv
+    at 230 ms (the conv rule: 2 ms). Past MAX_GROUPS groups the conv stays whole, on the generic rule."""
+    from nxrt_tvm.lower.grouped_conv import MAX_GROUPS
+
+    groups = 2 * MAX_GROUPS
+    model = conv(1, 2 * groups, 5, 5, 2 * groups, 3, 1, 1, group=groups)
+    _run_both(model, 1e-4)
+    rules = {str(f.attrs[RULE_ATTR]) for n, f in _prim_funcs(_lowered(model)).items() if "conv2d" in n}
+    assert rules == {"generic"}, rules
 
 
 def test_single_row_softmax_is_not_parallel_over_its_reduced_axis():

@@ -30,6 +30,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ..fold_batchnorm import FoldBatchNormIntoConv
+from ..grouped_conv import SplitGroupedConv
 from ..precision import PreciseFastMath
 from ..strict import own_pass
 from ..winograd import WinogradConv2D
@@ -87,6 +88,7 @@ CONV_ALGORITHMS = ("auto", "direct")
 
 def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto") -> list[tvm.transform.Pass]:
     """Relax passes before legalisation: inference BatchNormalization folded into the conv before it;
+    grouped convolutions split into one per group (`nxrt_tvm.lower.grouped_conv`);
     exp/erf/tanh as vectorisable polynomials, not libm calls, where the precision policy allows
     (`nxrt_tvm.lower.precision`); 2-D convolutions in NHWC (`CONV_LAYOUT`;
     transposes between them cancel, weights transpose at compile time); with ``conv_algorithm="auto"``,
@@ -94,7 +96,7 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
     if target.kind.name != "llvm":
         return []
     winograd = [WinogradConv2D] if conv_algorithm == "auto" else []
-    return [FoldBatchNormIntoConv(), PreciseFastMath(), convert_conv_layout(), *winograd]
+    return [FoldBatchNormIntoConv(), SplitGroupedConv(), PreciseFastMath(), convert_conv_layout(), *winograd]
 
 
 def _has_conv(mod: tvm.IRModule) -> bool:

@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 from tvm import s_tir, tirx
-from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_region, normalize_prim_func
 from tvm.s_tir.dlight.cpu import Reduction as _DlightReduction
 
 from ..strict import own_failure, raised_by_us
@@ -79,7 +79,8 @@ class Normalization(CpuRule):
 
 
 def _has_rows(func: tirx.PrimFunc) -> bool:
-    """Whether every reduction block keeps a spatial (row) iterator after normalisation. dlight's rule
+    """Whether every reduction block keeps a spatial (row) iterator after normalisation and reduces one
+    operand (not a contraction). dlight's rule
     parallelises the first loop it finds: on a single row ([1, 1000] softmax) that was the reduced axis,
     every thread recomputing the whole row into one shared scalar (1000x the work, and a data race)."""
     sch = s_tir.Schedule(func)
@@ -92,7 +93,21 @@ def _has_rows(func: tirx.PrimFunc) -> bool:
         rows = [it.dom for it in info.iters if it.kind == "S"]
         if not rows or all(isinstance(d, int) and d == 1 for d in rows):
             return False
+        if _reduced_operands(sch, info.block_rv) > 1:
+            return False  # a contraction (a grouped conv: 230 ms for AlexNet's 5x5; 2 ms as convs)
     return True
+
+
+def _reduced_operands(sch: s_tir.Schedule, block) -> int:
+    """How many buffers `block` reads through its reduction iterators (softmax, norms, pooling: one)."""
+    stmt = sch.get(block)
+    reduced = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+    count = 0
+    for region in stmt.reads:
+        used = collect_block_iter_vars_used_in_access_region(stmt, region.region)
+        if any(v.same_as(r) for v in used for r in reduced):
+            count += 1
+    return count
 
 
 class RowReduction(CpuRule):
