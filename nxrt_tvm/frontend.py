@@ -353,12 +353,14 @@ def _from_earlier(base: type, since: int) -> type:
     return type(f"Nxrt{base.__name__}", (base,), {f"_impl_v{since}": lowest})
 
 
+_TVM_CONVERTERS = onnx_frontend._get_convert_map()
 _OVERRIDES.update(
     {
-        op: _from_earlier(_OVERRIDES.get(op) or onnx_frontend._get_convert_map()[op], since)
+        op: _from_earlier(_OVERRIDES.get(op) or _TVM_CONVERTERS[op], since)
         for op, since in EARLIER_VERSIONS.items()
     }
 )
+del _TVM_CONVERTERS
 
 
 def convert_map() -> dict[str, type]:

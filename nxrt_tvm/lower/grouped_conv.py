@@ -19,10 +19,26 @@ from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from .fold_batchnorm import constant_array
 from .strict import own_pass
 
-__all__ = ["SplitGroupedConv", "MAX_GROUPS"]
+__all__ = ["SplitGroupedConv", "MAX_GROUPS", "conv2d_like"]
 
 #: more groups than this stay one grouped conv (ResNeXt's 32 and ShuffleNet's 3 or 8 are split)
 MAX_GROUPS = 64
+
+
+def conv2d_like(call: relax.Call, data: relax.Expr, weight: relax.Expr, **changes) -> relax.Expr:
+    """A conv2d with `call`'s strides, padding, dilation, groups, layouts and out dtype, less `changes`."""
+    attrs = call.attrs
+    kwargs = {
+        "strides": attrs.strides,
+        "padding": attrs.padding,
+        "dilation": attrs.dilation,
+        "groups": attrs.groups,
+        "data_layout": attrs.data_layout,
+        "kernel_layout": attrs.kernel_layout,
+        "out_layout": attrs.out_layout,
+        "out_dtype": attrs.out_dtype,
+    }
+    return relax.op.nn.conv2d(data, weight, **{**kwargs, **changes})
 
 
 @relax.transform.function_pass(opt_level=0, name="nxrt_tvm.SplitGroupedConv")
@@ -60,19 +76,5 @@ class SplitGroupedConv:
         else:
             split = relax.op.split(weight, groups, axis=0)
             ws = [relax.TupleGetItem(split, i) for i in range(groups)]
-        convs = [
-            relax.op.nn.conv2d(
-                relax.TupleGetItem(xs, i),
-                ws[i],
-                strides=attrs.strides,
-                padding=attrs.padding,
-                dilation=attrs.dilation,
-                groups=1,
-                data_layout="NCHW",
-                kernel_layout="OIHW",
-                out_layout="NCHW",
-                out_dtype=attrs.out_dtype,
-            )
-            for i in range(groups)
-        ]
+        convs = [conv2d_like(call, relax.TupleGetItem(xs, i), ws[i], groups=1) for i in range(groups)]
         return relax.op.concat(convs, axis=1)

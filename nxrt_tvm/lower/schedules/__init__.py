@@ -30,7 +30,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ..fold_batchnorm import FoldBatchNormIntoConv
-from ..grouped_conv import SplitGroupedConv
+from ..grouped_conv import SplitGroupedConv, conv2d_like
 from ..precision import PreciseFastMath
 from ..strict import own_pass
 from ..winograd import WinogradConv2D
@@ -118,7 +118,7 @@ def convert_conv_layout() -> tvm.transform.Pass:
 
     TVM's layout conversion is not total (0.27 fails a whole module on some symbolic-shape dataflow:
     "DataflowBlock Pass should not rewrite or delete any global-scope Var"), so where it fails each
-    convolution is converted on its own, between transposes (`_nhwc_between_transposes`): a layout
+    convolution is converted on its own, between transposes (`_NhwcBetweenTransposes`): a layout
     copy per conv instead of NCHW convolutions (a jax2tf 1-D conv as Nx1 2-D ran 50x slower in NCHW).
     """
 
@@ -130,46 +130,36 @@ def convert_conv_layout() -> tvm.transform.Pass:
         try:
             return relax.transform.ConvertLayout(CONV_LAYOUT)(mod)
         except tvm.error.InternalError:  # a failed check in TVM's layout conversion
-            return _nhwc_between_transposes(mod)
+            return _NhwcBetweenTransposes()(mod)
 
     return convert
 
 
-def _nhwc_between_transposes(mod: tvm.IRModule) -> tvm.IRModule:
+@relax.transform.function_pass(opt_level=0, name="nxrt_tvm.NhwcBetweenTransposes")
+class _NhwcBetweenTransposes:
     """Every NCHW/OIHW 2-D convolution as ``NHWC->NCHW(conv_nhwc(NCHW->NHWC(x), OIHW->HWIO(W)))``."""
-    conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
 
-    def rewrite(call: relax.Call, _matches) -> relax.Expr:
+    def __init__(self) -> None:
+        self.pattern = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+
+    @own_pass
+    def transform_function(self, func: relax.Function, _mod: tvm.IRModule, _ctx) -> relax.Function:
+        return rewrite_call(self.pattern, self._rewrite, func)
+
+    def _rewrite(self, call: relax.Call, _matches) -> relax.Expr:
         attrs = call.attrs
         if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
             return call
         data, weight = call.args
-        nhwc = relax.op.nn.conv2d(
+        nhwc = conv2d_like(
+            call,
             relax.op.permute_dims(data, [0, 2, 3, 1]),
             relax.op.permute_dims(weight, [2, 3, 1, 0]),
-            strides=attrs.strides,
-            padding=attrs.padding,
-            dilation=attrs.dilation,
-            groups=attrs.groups,
             data_layout="NHWC",
             kernel_layout="HWIO",
             out_layout="NHWC",
-            out_dtype=attrs.out_dtype,
         )
         return relax.op.permute_dims(nhwc, [0, 3, 1, 2])
-
-    updates = {}
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewritten = rewrite_call(conv, rewrite, func)
-            if not rewritten.same_as(func):
-                updates[gv] = rewritten
-    if not updates:
-        return mod
-    mod = mod.clone()
-    for gv, func in updates.items():
-        mod[gv] = func
-    return mod
 
 
 def cpu_schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
