@@ -562,3 +562,47 @@ def test_an_out_of_range_token_id_raises_naming_the_embedding_gather():
     )
     assert proc.returncode == 0, f"the process died (exit {proc.returncode}):\n{proc.stderr[-600:]}"
     assert proc.stdout.split() == ["claimed", "True", "raised", "True", "True"], proc.stdout
+
+
+_EMPTY_MAP_CHILD = textwrap.dedent("""
+    import sys
+    sys.path[:0] = [{root!r}]
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as T, helper as h, numpy_helper as nh
+    import nxrt_tvm as nx
+
+    rng = np.random.default_rng(0)
+    w1 = nh.from_array(rng.standard_normal((32, 1, 8)).astype(np.float32), "w1")
+    w2 = nh.from_array(rng.standard_normal((32, 32, 3)).astype(np.float32), "w2")
+    nodes = [
+        h.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[8], strides=[4], pads=[4, 4]),
+        h.make_node("MaxPool", ["c1"], ["p1"], kernel_shape=[4], strides=[4]),
+        h.make_node("Conv", ["p1", "w2"], ["c2"], kernel_shape=[3], pads=[1, 1]),
+        h.make_node("Relu", ["c2"], ["y"]),
+    ]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["n", 1, "samples"])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["n", 32, "len"])], [w1, w2])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    sess = nx.InferenceSession(model.SerializeToString())
+    print("partitions", [str(p.ep) for p in sess.plan.partitions])
+    for samples in (4000, 1):
+        y = sess.run(None, {{"x": rng.uniform(-1, 1, (1, 1, samples)).astype(np.float32)}})[0]
+        print(samples, y.shape)
+""")
+
+
+def test_a_zero_size_feature_map_does_not_kill_the_process():
+    """A 1-sample waveform through a strided Conv + MaxPool gives a length-0 map; the next conv's kernel
+    divided by its (zero) tile count and died of SIGFPE. Kernels with no output elements now do nothing."""
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _EMPTY_MAP_CHILD.format(root=str(ROOT))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (
+        f"the process died (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-600:]}"
+    )
+    assert "partitions ['TvmExecutionProvider']" in proc.stdout, proc.stdout
+    assert "4000 (1, 32, 250)" in proc.stdout and "1 (1, 32, 0)" in proc.stdout, proc.stdout

@@ -13,6 +13,12 @@ annotation makes them `alloca`s in the entry block of the (parallel) function.
 The limit is far below the 8 MB stacks of Linux threads (TVM's workers and
 callers alike), and buffers allocated once per call (padded inputs, whole
 intermediates) stay in the workspace pool.
+
+A kernel whose outputs are all empty at run time does nothing
+(`SkipEmptyOutputs`): a schedule that fuses tile loops of symbolic extent
+derives its scratch-buffer bounds by dividing by the tile count, which is 0
+for a zero-size output, and an integer division by zero is SIGFPE (a 1-sample
+waveform through a strided Conv1d + MaxPool gives a length-0 map).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import importlib
 
 import tvm
 import tvm_ffi
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
@@ -31,6 +37,7 @@ __all__ = [
     "CPU_TIR_PIPELINE",
     "STACK_LIMIT_BYTES",
     "MEASURED_PIPELINE",
+    "SkipEmptyOutputs",
     "StackAllocateSmallBuffers",
     "tir_pipeline_for",
     "build_for_measurement",
@@ -82,12 +89,58 @@ def StackAllocateSmallBuffers(
     return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, _on_stack)))
 
 
+def _written_params(func: tirx.PrimFunc) -> list[tirx.Var]:
+    """The parameter buffers `func` stores to: its outputs (Relax passes them last, unmarked)."""
+    stored: list[tirx.Buffer] = []
+
+    def note(store: tirx.BufferStore) -> tirx.BufferStore:
+        stored.append(store.buffer)
+        return store
+
+    tvm_ffi.structural_map(func.body, (tirx.BufferStore, note))
+    return [p for p in func.params if isinstance(p, tirx.Buffer) and any(b.same_as(p) for b in stored)]
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="nxrt_tvm.SkipEmptyOutputs")
+@own_pass
+def SkipEmptyOutputs(
+    func: tirx.PrimFunc, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext
+) -> tirx.PrimFunc:
+    """Run the kernel only when an output has elements, where an output's size is symbolic.
+
+    Kernels that write only through calls (extern sorts, scans) have no stores and stay as they are.
+    """
+    outputs = _written_params(func)
+    realize = func.body
+    if (
+        not isinstance(realize, s_tir.SBlockRealize)
+        or not outputs
+        or all(isinstance(d, tirx.IntImm) for buf in outputs for d in buf.shape)
+    ):
+        return func
+    nonempty = tirx.any(*[tirx.all(*[d > 0 for d in buf.shape]) for buf in outputs])
+    root = realize.block
+    # the root's buffers move under the guard too: their compacted sizes may divide by the tile counts
+    inner = s_tir.SBlock([], [], [], "nonempty", root.body, None, root.alloc_buffers, root.match_buffers)
+    guarded = s_tir.SBlock(
+        root.iter_vars,
+        root.reads,
+        root.writes,
+        root.name_hint,
+        tirx.IfThenElse(nonempty, s_tir.SBlockRealize([], tirx.const(True, "bool"), inner), None),
+        root.init,
+        annotations=root.annotations,
+    )
+    return func.with_body(s_tir.SBlockRealize(realize.iter_values, realize.predicate, guarded))
+
+
 def _cpu_pipeline():
     main, finalize_host, finalize_device = compilation_pipeline.get_tir_pipeline("default")
 
     @tvm.transform.module_pass(opt_level=0, name=CPU_TIR_PIPELINE)
     def pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return StackAllocateSmallBuffers(main(mod))  # before finalize_host_passes' LowerTVMBuiltin
+        # the guard wraps blocks (before main lowers them); stack marks precede finalize's LowerTVMBuiltin
+        return StackAllocateSmallBuffers(main(SkipEmptyOutputs(mod)))
 
     return pipeline, finalize_host, finalize_device
 
