@@ -348,11 +348,16 @@ _LOAD_IN_CHILD = textwrap.dedent("""
 """)
 
 
-def _load_in_child(path: Path) -> subprocess.CompletedProcess:
-    code = _LOAD_IN_CHILD.format(root=str(ROOT), path=str(path))
-    return subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300
+def _survived(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`code` run in a child process, which must exit normally: a regression crashes the child,
+    not the test run."""
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=timeout
     )
+    assert proc.returncode == 0, (
+        f"the process died (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-600:]}"
+    )
+    return proc
 
 
 @pytest.mark.parametrize("mode", ["garbage", "truncated", "zeroed"])
@@ -361,8 +366,7 @@ def test_forged_blob(embedded, tmp_path, mode):
     ELF checks before dlopen (which would SIGBUS/SIGSEGV)."""
     out = tmp_path / f"{mode}.onnx"
     _forge(embedded, out, mode)
-    proc = _load_in_child(out)
-    assert proc.returncode == 0, f"the process died (exit {proc.returncode}): {proc.stderr[-400:]}"
+    proc = _survived(_LOAD_IN_CHILD.format(root=str(ROOT), path=str(out)), timeout=300)
     assert "TYPED ContextIntegrityError" in proc.stdout, proc.stdout + proc.stderr[-400:]
     with pytest.raises(nx.ContextIntegrityError, match="not a loadable shared library"):
         nx.InferenceSession(out)
@@ -513,15 +517,7 @@ def test_out_of_range_indices_fed_at_run_time_raise():
 
     Runs in a child process so that a regression crashes the child, not the test run.
     """
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", _OOB_CHILD.format(root=str(ROOT))],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, (
-        f"the process died (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-600:]}"
-    )
+    proc = _survived(_OOB_CHILD.format(root=str(ROOT)))
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
     assert len(lines) == 6, proc.stdout
     for name, outcome in lines.items():  # claimed by TVM, behind the index guard: onnxruntime's kind of error
@@ -554,13 +550,7 @@ def test_an_out_of_range_token_id_raises_naming_the_embedding_gather():
     """tiny_bert's embedding Gather runs on TVM behind the index guard: a token id past the vocabulary
     raises IndexOutOfBounds with the node and the bad id (onnxruntime: INVALID_ARGUMENT), never a crash."""
     model = str(ROOT / "tests" / "data" / "tiny_bert.onnx")
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", _TOKEN_CHILD.format(root=str(ROOT), model=model)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"the process died (exit {proc.returncode}):\n{proc.stderr[-600:]}"
+    proc = _survived(_TOKEN_CHILD.format(root=str(ROOT), model=model))
     assert proc.stdout.split() == ["claimed", "True", "raised", "True", "True"], proc.stdout
 
 
@@ -595,14 +585,6 @@ _EMPTY_MAP_CHILD = textwrap.dedent("""
 def test_a_zero_size_feature_map_does_not_kill_the_process():
     """A 1-sample waveform through a strided Conv + MaxPool gives a length-0 map; the next conv's kernel
     divided by its (zero) tile count and died of SIGFPE. Kernels with no output elements now do nothing."""
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", _EMPTY_MAP_CHILD.format(root=str(ROOT))],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, (
-        f"the process died (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-600:]}"
-    )
+    proc = _survived(_EMPTY_MAP_CHILD.format(root=str(ROOT)))
     assert "partitions ['TvmExecutionProvider']" in proc.stdout, proc.stdout
     assert "4000 (1, 32, 250)" in proc.stdout and "1 (1, 32, 0)" in proc.stdout, proc.stdout
