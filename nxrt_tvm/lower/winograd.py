@@ -190,8 +190,8 @@ class _Rewriter(PyExprMutator):
         if in_shape is None or out_shape is None or kernel.shape[:2] != (3, 3):
             return None
         n, h_out, w_out, channels_out = out_shape
-        if min(in_shape[3], channels_out) < MIN_CHANNELS:
-            return None
+        if min(in_shape[3], channels_out) < MIN_CHANNELS or in_shape[3] % 4 or channels_out % 4:
+            return None  # odd channel counts would vectorise the transforms with a masked tail (see its rule)
         m = winograd_tile(h_out, w_out)
         if m is None:
             return None

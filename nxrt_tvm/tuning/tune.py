@@ -14,6 +14,7 @@ TVM's own RPC tracker, on the device itself.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -260,8 +261,10 @@ def tune_model(
     started = time.perf_counter()
     tvm_target = make_target(target)
     runner = _runner(rpc_tracker, rpc_key)  # bad RPC arguments fail before anything is written
+    # Every partition TVM can build is tuned: one the default rules run slower than onnxruntime is what
+    # tuning is for (sessions judge it again with its records).
     ep = TvmExecutionProvider(
-        target=tvm_target, passes=passes, conv_algorithm=conv_algorithm
+        target=tvm_target, passes=passes, conv_algorithm=conv_algorithm, claim_policy="all"
     )  # and bad options
     directory = device_log_dir(log_dir, tvm_target)
     directory.mkdir(parents=True, exist_ok=True)
@@ -346,6 +349,28 @@ def tune_model(
     return TuneReport(device_key(tvm_target), directory, tuple(results), time.perf_counter() - started)
 
 
+#: files of frames that belong to no module (the import machinery, code compiled from strings)
+_MODULELESS_FILES = (
+    "<frozen importlib._bootstrap>",
+    "<frozen importlib._bootstrap_external>",
+    "<string>",
+    "<ast>",
+)
+
+
+def _import_tensor_intrinsics() -> None:
+    """Import TVM's tensor intrinsics (what `TuneContext` imports on first use) in seconds, not minutes.
+
+    TVMScript's parser calls `inspect.stack()` for each of their ~700 prim_funcs, and `inspect.getmodule`
+    scans every loaded module for each frame whose file belongs to no module (the import machinery's):
+    50-110 s before the first trial, with torch loaded (tvm_ffi imports it). Recording up front that those
+    files belong to no module gives the same answer as the scan, from inspect's own cache: 7 s.
+    """
+    for name in _MODULELESS_FILES:
+        inspect.modulesbyfile.setdefault(os.path.normcase(os.path.abspath(name)), name)
+    import tvm.s_tir.tensor_intrin  # noqa: F401 - registers the intrinsics MetaSchedule's rules use
+
+
 def _search(
     task: TuningTask,
     trials: int,
@@ -355,6 +380,7 @@ def _search(
     db: TuningDatabase,
 ) -> None:
     """`trials` MetaSchedule trials of one task (evolutionary search, XGBoost cost model) into `db`."""
+    _import_tensor_intrinsics()
     # Built here rather than by extracted_tasks_to_tune_contexts, which rewrites the
     # process's logging configuration (and breaks on handlers without names).
     context = ms.TuneContext(

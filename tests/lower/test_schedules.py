@@ -505,3 +505,23 @@ def test_index_kernels_on_constants_build_whether_or_not_a_weight_is_packed(with
     )
     for got, ref in zip(session.run(None, feeds), want):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["Tanh", "Erf"])
+def test_a_chain_of_approximated_ops_is_not_inlined_into_itself(op):
+    """fast tanh/erf read their input several times: inlining each into the next grew the expression
+    exponentially (four Tanh -> Mul steps compiled in 196 s, eight never finished)."""
+    nodes, y = [], "x"
+    for k in range(8):
+        nodes += [helper.make_node(op, [y], [f"t{k}"]), helper.make_node("Mul", [f"t{k}", "x"], [f"m{k}"])]
+        y = f"m{k}"
+    model = _model(nodes, [("x", [64, 256])], [y])
+    lowered = pipeline.lowering_pipeline(TARGET, pipeline.Lowering())(import_onnx(model))
+    funcs = [f for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert funcs and max(len(str(f)) for f in funcs) < 60_000  # the exponential chain: megabytes of TIR
+    x = np.random.default_rng(3).uniform(-1.5, 1.5, (64, 256)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
+    got = nx.InferenceSession(model, provider_options=[{"compile_isolation": "none"}, {}]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)

@@ -195,6 +195,64 @@ def parallel_outer(sch: s_tir.Schedule, loops: Sequence) -> None:
         sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
 
 
+#: a producer is copied into a consumer that reads it more than once only while it is this small
+INLINE_COPY_NODES = 24
+
+
+def _children(expr) -> list:
+    children = [
+        getattr(expr, name)
+        for name in ("a", "b", "value", "condition", "true_value", "false_value")
+        if hasattr(expr, name)
+    ]
+    children += list(getattr(expr, "args", ()))
+    return [c for c in children if isinstance(c, tvm.ir.expr.Expr)]
+
+
+#: consumer expressions larger than this are not searched for reads (nor copied into)
+_SCAN_LIMIT = 4096
+
+
+def _scan(value, source, limit: int) -> tuple[int, int]:
+    """(nodes of `value`, up to limit + 1; its loads of `source`): stops at the limit, so an expression that
+    shares subtrees costs no more than that to look at."""
+    nodes, loads, stack = 0, 0, [value]
+    while stack and nodes <= limit:
+        expr = stack.pop()
+        nodes += 1
+        if isinstance(expr, tvm.ir.TensorLoad) and expr.source.same_as(source):
+            loads += 1
+        stack.extend(_children(expr))
+    return nodes, loads
+
+
+def inline(sch: s_tir.Schedule, block) -> bool:
+    """`compute_inline` the block, unless that copies a costly expression into a consumer that reads it
+    more than once; False where it keeps its own loops (or cannot be inlined at all).
+
+    Inlining substitutes the producer's expression for each read: fast tanh/erf polynomials read their
+    input several times, so a chain of them (Tanh -> Mul -> Tanh ...) grew exponentially, and a fused
+    chain of four took 196 s to compile (eight never finished).
+    """
+    stmt = sch.get(block)
+    if len(stmt.writes) != 1 or not isinstance(stmt.body, tirx.BufferStore):
+        return False
+    nodes, _ = _scan(stmt.body.value, None, INLINE_COPY_NODES)
+    if nodes > INLINE_COPY_NODES:
+        for consumer in sch.get_consumers(block):
+            body = sch.get(consumer).body
+            if not isinstance(body, tirx.BufferStore):
+                return False
+            size, loads = _scan(body.value, stmt.writes[0].source, _SCAN_LIMIT)
+            if loads > 1 or size > _SCAN_LIMIT:
+                return False
+    try:
+        sch.compute_inline(block)
+    except s_tir.ScheduleError:
+        return False  # e.g. a block with two consumers that cannot be recomputed: it keeps its loops
+    return True
+
+
 def uses_div_mod(sch: s_tir.Schedule, block, var_index: int) -> bool:
     """Whether a read of `block` indexes through a division or modulo of its `var_index`-th iterator.
 
@@ -214,10 +272,4 @@ def _div_mod_of(expr, var) -> bool:
     if isinstance(expr, _DIV_MOD):
         if any(v.same_as(var) for v in collect_vars_used_in_prim_expr(expr)):
             return True
-    children = [
-        getattr(expr, name)
-        for name in ("a", "b", "value", "condition", "true_value", "false_value")
-        if hasattr(expr, name)
-    ]
-    children += list(getattr(expr, "args", ()))
-    return any(isinstance(c, tvm.ir.expr.Expr) and _div_mod_of(c, var) for c in children)
+    return any(_div_mod_of(c, var) for c in _children(expr))

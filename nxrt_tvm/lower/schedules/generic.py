@@ -19,7 +19,7 @@ import math
 
 from tvm import s_tir, tirx
 
-from .base import CpuRule, extent_of, uses_div_mod, vector_lanes
+from .base import CpuRule, extent_of, inline, uses_div_mod, vector_lanes
 
 __all__ = ["Generic"]
 
@@ -36,10 +36,7 @@ class Generic(CpuRule):
         lanes = vector_lanes(target)
         for info in blocks[:-1]:
             if info.is_injective():
-                try:
-                    sch.compute_inline(info.block_rv)
-                except s_tir.ScheduleError:
-                    pass  # several consumers it cannot be recomputed for: it keeps its own loops
+                inline(sch, info.block_rv)
         scheduled = False
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             scheduled |= _schedule_block(sch, block, lanes)

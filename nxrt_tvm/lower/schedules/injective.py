@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .base import CpuRule, parallel_vectorize, vector_lanes
+from .base import CpuRule, inline, parallel_vectorize, vector_lanes
 
 __all__ = ["Injective"]
 
@@ -29,10 +29,7 @@ class Injective(CpuRule):
             # slower than TVM's plain loops (a transformers BERT's Transpose: 4 ms vs 40 us).
             return None
         for info in blocks[:-1]:
-            try:
-                sch.compute_inline(info.block_rv)
-            except s_tir.ScheduleError:
-                pass  # e.g. a block with two consumers that cannot be recomputed: keep it
+            inline(sch, info.block_rv)
         lanes = vector_lanes(target)
         root = sch.get_sblock("root") if _has_root(sch) else None
         remaining = sch.get_child_blocks(root) if root is not None else [blocks[-1].block_rv]
