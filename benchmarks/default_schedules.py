@@ -67,7 +67,11 @@ def measure(name: str, repeat: int, threads: int, skip_naive: bool) -> dict:
     want = ort_session.run(None, feeds)
     row: dict = {"name": name, "naive": math.nan}
     runs = {"ort": lambda: ort_session.run(None, feeds)}
-    configs = (("naive", {"schedule_passes": []}), ("rules", {}), ("cost", {"claim_policy": "cost"}))
+    configs = (
+        ("naive", {"schedule_passes": [], "claim_policy": "all"}),
+        ("rules", {"claim_policy": "all"}),
+        ("cost", {"claim_policy": "cost"}),
+    )
     for key, options in configs:
         if key == "naive" and skip_naive:
             continue

@@ -11,6 +11,9 @@ import pytest
 # Our own bugs fail loudly here: an exception in nxrt's passes or rules raises InternalError
 # (normal use logs a warning and keeps a decline or TVM's default schedule). Child processes inherit it.
 os.environ["NXRT_TVM_STRICT"] = "1"
+# The suite tests what TVM compiles, so every partition TVM can build is claimed; the default policy's
+# timing-based choice is tested where a test asks for it (tests/providers/test_claim_policy.py).
+os.environ["NXRT_TVM_CLAIM_POLICY"] = "all"
 
 sys.path.insert(0, str(Path(__file__).parent))  # model_zoo and parity live beside the tests
 

@@ -12,17 +12,27 @@ spinning threads left alive kept both cores busy while TVM ran (an MLP measured
 12 ms on TVM instead of 1), and without spinning onnxruntime is slower than a
 user running it alone would see (the bundled model's convs: 208 us, not ~150).
 The two are not interleaved, so drift between them is limited by the short budget.
+
+Symbolic dims are measured at a representative size (`REPRESENTATIVE_SIZES`): batch-like dims at 1, the
+rest at 32 (a short sequence, a small map). onnxruntime runs first and must accept the inputs: where the
+invented sizes do not fit together (a shape the partition takes as data, dims that are sums of others),
+onnxruntime refuses them and the partition is reported unmeasured, before TVM code ever sees them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail as OrtFail
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument as OrtInvalidArgument
+from onnxruntime.capi.onnxruntime_pybind11_state import RuntimeException as OrtRuntimeException
 
 from ..api.device import DeviceId, DeviceType
 from ..api.tensor import TensorView, aligned_empty
@@ -32,23 +42,73 @@ from ..timing import median_seconds
 from .kernel import TvmKernel
 from .ort_session import ort_session
 
-__all__ = ["measure_partition", "ort_run_floor_us"]
+__all__ = [
+    "PartitionTiming",
+    "REPRESENTATIVE_SIZES",
+    "measure_partition",
+    "ort_run_floor_us",
+]
+
+#: sizes symbolic dims are measured at: a dim whose name says batch, and every other one
+REPRESENTATIVE_SIZES = {"batch": 1, "other": 32}
 
 
-def _inputs(graph: GraphView, names: Sequence[str]) -> list[np.ndarray] | None:
+@dataclass(frozen=True)
+class PartitionTiming:
+    """One partition timed both ways, per call: TVM's kernel, onnxruntime net of its run floor, the floor."""
+
+    tvm_us: float
+    ort_us: float
+    floor_us: float
+    sizes: str  #: the symbolic dims' representative sizes ("" for static shapes)
+
+    @property
+    def ort_alone_us(self) -> float:
+        """onnxruntime running this partition as a model of its own."""
+        return self.ort_us + self.floor_us
+
+    def to_json(self) -> list[Any]:
+        return [self.tvm_us, self.ort_us, self.floor_us, self.sizes]
+
+    @classmethod
+    def from_json(cls, value: Any) -> PartitionTiming | None:
+        """The record `to_json` wrote; None for anything else (an older entry, or none)."""
+        if not isinstance(value, list) or len(value) != 4:
+            return None
+        tvm_us, ort_us, floor_us, sizes = value
+        if not all(isinstance(v, (int, float)) for v in (tvm_us, ort_us, floor_us)) or not isinstance(
+            sizes, str
+        ):
+            return None
+        return cls(float(tvm_us), float(ort_us), float(floor_us), sizes)
+
+
+def _size(dim: str | None) -> int:
+    return REPRESENTATIVE_SIZES["batch" if dim is not None and "batch" in dim.lower() else "other"]
+
+
+def _inputs(graph: GraphView, names: Sequence[str]) -> tuple[list[np.ndarray], str] | None:
+    """Random inputs (zeros for integers: valid indices and masks) and the sizes symbolic dims got; None
+    where a rank or type is unknown."""
     rng = np.random.default_rng(0)
     arrays = []
+    sizes: dict[str, int] = {}
     for name in names:
         info = graph.info(name)
-        if not info.is_static or info.dtype is None:
-            return None  # symbolic sizes: no representative shape to measure
-        array = aligned_empty(tuple(info.shape), info.dtype)
+        if info.shape is None or info.dtype is None:
+            return None
+        shape = []
+        for dim in info.shape:
+            if not isinstance(dim, int):
+                sizes.setdefault(dim or "?", _size(dim))
+            shape.append(dim if isinstance(dim, int) else _size(dim))
+        array = aligned_empty(tuple(shape), info.dtype)
         if info.dtype.kind == "f":
-            array[...] = rng.standard_normal(info.shape)
-        else:  # zeros are valid indices, masks and shapes alike
+            array[...] = rng.standard_normal(shape)
+        else:
             array[...] = 0
         arrays.append(array)
-    return arrays
+    return arrays, ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -71,13 +131,14 @@ def ort_run_floor_us() -> float:
 
 def measure_partition(
     graph: GraphView, nodes: Sequence[int], name: str, module: object, budget_s: float
-) -> tuple[float, float] | None:
-    """(TVM us, onnxruntime us net of its run floor) per
-    call on static random inputs; None for symbolic sizes."""
+) -> PartitionTiming | None:
+    """The partition timed on random inputs; None where it cannot be (an unknown rank or type, or inputs
+    at representative sizes onnxruntime refuses)."""
     inputs, outputs = graph.boundary(nodes)
-    arrays = _inputs(graph, inputs)
-    if arrays is None:
+    made = _inputs(graph, inputs)
+    if made is None:
         return None
+    arrays, sizes = made
     kernel = TvmKernel(
         module,
         DeviceId(DeviceType.CPU, 0),
@@ -87,12 +148,19 @@ def measure_partition(
     )
     views = [TensorView(a) for a in arrays]
     ort_s = _ort_seconds(partition_model(graph, nodes, name), dict(zip(inputs, arrays)), budget_s / 2)
+    if ort_s is None:
+        return None
     tvm_s = median_seconds(lambda: kernel.compute(views), 100, warmup=3, budget_s=budget_s / 2)
-    return 1e6 * tvm_s, max(1e6 * ort_s - ort_run_floor_us(), 0.0)
+    floor_us = ort_run_floor_us()
+    return PartitionTiming(1e6 * tvm_s, max(1e6 * ort_s - floor_us, 0.0), floor_us, sizes)
 
 
-def _ort_seconds(model: onnx.ModelProto, feeds: dict, budget_s: float) -> float:
-    """onnxruntime's median time on `model`; its session
-    (and its spinning threads) is gone when this returns."""
+def _ort_seconds(model: onnx.ModelProto, feeds: dict, budget_s: float) -> float | None:
+    """onnxruntime's median time on `model`, None where it refuses the feeds; its session (and its
+    spinning threads) is gone when this returns."""
     session = _session(model)
-    return median_seconds(lambda: session.run(None, feeds), 100, warmup=3, budget_s=budget_s)
+    try:
+        session.run(None, feeds)
+    except (OrtFail, OrtInvalidArgument, OrtRuntimeException):
+        return None
+    return median_seconds(lambda: session.run(None, feeds), 100, warmup=2, budget_s=budget_s)

@@ -26,6 +26,7 @@ from ...lower.target import tvm_device
 from ...partition.claims import partition_name
 from ...runtime.artifact import export_executable, load_executable
 from ...runtime.isolate import fork_available, run_isolated
+from ...runtime.measure import PartitionTiming
 from .options import TvmOptions
 
 __all__ = ["PartitionBuilder"]
@@ -47,6 +48,8 @@ class PartitionBuilder:
             None if options.cache_dir is None else CompileCache(options.cache_dir, options.cache_max_bytes)
         )
         self.built: dict[str, Built] = {}
+        #: per partition proven this session, its compile-cache key and the metadata stored under it
+        self.entries: dict[str, tuple[str, dict]] = {}
         #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
         self.variants: dict[str, list[KernelVariant]] = {}
         self.stats: Counter[str] = Counter()
@@ -60,6 +63,7 @@ class PartitionBuilder:
             if entry is not None:  # built and proven before; the cache verified its sha256
                 self.built[name] = (load_executable(entry.blob, name), entry.blob)
                 self.variants[name] = [KernelVariant(*v) for v in entry.meta.get("variants", [])]
+                self.entries[name] = (key, entry.meta)
                 self.stats["cache_hits"] += 1
                 return {}
 
@@ -80,6 +84,7 @@ class PartitionBuilder:
                     "variants": [[v.name, v.variant, v.reason] for v in variants],
                 }
                 self.cache.put(key, blob, meta)
+                self.entries[name] = (key, meta)
             self.built[name] = (executable, blob)
             self.variants[name] = variants
             return {}
@@ -97,6 +102,27 @@ class PartitionBuilder:
                 ),
             )
         }
+
+    def remembered_timing(self, name: str) -> tuple[bool, PartitionTiming | None]:
+        """(found, timing) stored with a cached partition (the key holds the target, threads included); a
+        timing of None means it could not be measured."""
+        key_meta = self.entries.get(name)
+        if key_meta is None or "timing" not in key_meta[1]:
+            return False, None
+        return True, PartitionTiming.from_json(key_meta[1]["timing"])
+
+    def remember_timing(self, name: str, timing: PartitionTiming | None) -> None:
+        """Store a partition's timing with its compile result, so later sessions do not re-measure it."""
+        key_meta = self.entries.get(name)
+        if key_meta is None or self.cache is None:
+            return
+        key = key_meta[0]
+        entry = self.cache.get(key)
+        if entry is None:  # evicted or dropped since: the next build stores a fresh one
+            return
+        meta = entry.meta | {"timing": None if timing is None else timing.to_json()}
+        self.cache.put(key, entry.blob, meta)
+        self.entries[name] = (key, meta)
 
     def build(
         self,

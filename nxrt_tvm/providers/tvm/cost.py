@@ -1,40 +1,57 @@
-"""claim_policy='cost': a built partition is kept only where it measured faster than the fallback."""
+"""Measured claims: a built partition is kept only where TVM runs it at least as fast as the fallback.
+
+`claim_policy='auto'` (the default) keeps a partition unless it measured slower on TVM than on
+onnxruntime running it alone, so the default never makes a model slower than onnxruntime alone;
+`'cost'` keeps it only where TVM measured 5% faster plus one fallback run (the run a split adds);
+`'all'` measures nothing. A timing is taken once per compiled partition and remembered with it in
+the compile cache, so the choice does not flip with timing noise from one session to the next.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...api.claim import Cost, DeclineSignal, Rejected
-from ...api.device import DeviceId, DeviceType
-from ...graph.model import GraphView
-from ...runtime.measure import measure_partition, ort_run_floor_us
+from ...runtime.measure import PartitionTiming
 
-__all__ = ["COST_MARGIN", "judge_cost"]
+__all__ = ["CLAIM_POLICIES", "COST_MARGIN", "judge_cost"]
 
-#: how much faster than the fallback a partition must measure on TVM (timing noise).
+CLAIM_POLICIES = ("auto", "all", "cost")
+
+#: how much faster than the fallback a partition must measure on TVM under claim_policy='cost'.
 COST_MARGIN = 0.05
 
 
+def _source(timing: PartitionTiming, remembered: bool) -> str:
+    at = f" at {timing.sizes}" if timing.sizes else ""
+    memo = ", remembered" if remembered else ""
+    return f"measured{at}{memo}; onnxruntime alone {timing.ort_alone_us:.1f} us"
+
+
 def judge_cost(
-    graph: GraphView, group: tuple[int, ...], name: str, module: Any, device: DeviceId, budget_s: float
+    policy: str, nodes: int, timing: PartitionTiming | None, remembered: bool
 ) -> tuple[Cost, DeclineSignal | None]:
-    """The partition's measured cost, and a decline if TVM is not faster than the fallback."""
-    timing = None
-    if module is not None and device.type is DeviceType.CPU:
-        timing = measure_partition(graph, group, name, module, budget_s)
+    """The partition's cost for the plan, and a decline where `policy` leaves it to the fallback."""
     if timing is None:
-        return Cost(None, "unmeasured (symbolic sizes); kept"), None
-    tvm_us, ort_us = timing
-    cost = Cost(tvm_us, f"measured; fallback {ort_us:.1f} us")
-    # TVM must win by the timing noise and by the fallback run that splitting the graph adds: the bundled
-    # model's conv partition measured level with onnxruntime, and taking it made the session 1.35x slower.
-    if tvm_us * (1 + COST_MARGIN) + ort_run_floor_us() <= ort_us:
-        return cost, None
+        return Cost(None, "unmeasured (no representative inputs onnxruntime accepts); kept"), None
+    cost = Cost(timing.tvm_us, _source(timing, remembered))
+    if policy == "auto":
+        # Where it is the whole model, onnxruntime alone is what the user would otherwise run; where it
+        # sits between fallback partitions, declining it also saves the switches, so this is the bar.
+        if timing.tvm_us <= timing.ort_alone_us:
+            return cost, None
+        rule = "TVM must be no slower than onnxruntime running it alone"
+    else:
+        # TVM must win by the timing noise and by the fallback run that splitting the graph adds: the
+        # bundled model's conv partition measured level with onnxruntime, and taking it made the session
+        # 1.35x slower.
+        if timing.tvm_us * (1 + COST_MARGIN) + timing.floor_us <= timing.ort_us:
+            return cost, None
+        rule = f"TVM must be {COST_MARGIN:.0%} faster, plus one fallback run"
+    at = f" at {timing.sizes}" if timing.sizes else ""
     return cost, DeclineSignal(
         Rejected.PARTITION,
-        f"claim_policy='cost': its partition ({len(group)} nodes) measured {tvm_us:.1f} us on TVM "
-        f"vs {ort_us:.1f} us on the fallback (net of its per-run cost); TVM must be {COST_MARGIN:.0%} "
-        "faster, plus one fallback run",
-        "partitions expected to run faster on TVM than on the fallback",
-        "tune it (nxrt-tvm tune) or use claim_policy='all' to compile it anyway",
+        f"claim_policy={policy!r}: its partition ({nodes} nodes) measured {timing.tvm_us:.1f} us on TVM "
+        f"vs {timing.ort_alone_us:.1f} us on onnxruntime alone{at} ({timing.ort_us:.1f} us net of its "
+        f"{timing.floor_us:.1f} us per-run cost); {rule}",
+        "partitions measured at least as fast on TVM as on the fallback",
+        "tune it (nxrt-tvm tune), or use claim_policy='all' to compile it anyway",
     )

@@ -13,8 +13,17 @@ from ...api.errors import InvalidProviderOptions
 from ...lower.schedules import CONV_ALGORITHMS
 from ...lower.target import make_target
 from ...options import as_bool, as_int, as_seconds, as_str_list, reject_unknown
+from .cost import CLAIM_POLICIES
 
-__all__ = ["TvmOptions"]
+__all__ = ["CLAIM_POLICY_ENV", "TvmOptions"]
+
+#: sets the default claim_policy (a CI job that wants every partition compiled sets it to "all")
+CLAIM_POLICY_ENV = "NXRT_TVM_CLAIM_POLICY"
+
+
+def _env_defaults() -> dict[str, Any]:
+    policy = os.environ.get(CLAIM_POLICY_ENV)
+    return {} if not policy else {"claim_policy": policy}
 
 
 @dataclass(frozen=True)
@@ -32,7 +41,7 @@ class TvmOptions:
     weightless: bool = False
     cache_dir: str | os.PathLike | None = None
     cache_max_bytes: int | None = 2 * 1024**3
-    claim_policy: str = "all"
+    claim_policy: str = "auto"
     cost_budget_s: float = 0.2
     compile_isolation: str = "process"
     compile_timeout_s: float = 600.0
@@ -46,7 +55,9 @@ class TvmOptions:
         """Check `options` (keywords or onnxruntime's strings); raise `InvalidProviderOptions` saying what
         is wrong."""
         reject_unknown(ep, options, cls.names())
-        given = {f.name: f.default for f in fields(cls) if f.name != "target"} | dict(options)
+        given = (
+            {f.name: f.default for f in fields(cls) if f.name != "target"} | _env_defaults() | dict(options)
+        )
         for option in ("passes", "schedule_passes"):
             value: Sequence[Any] = given[option] or ()
             if any(not isinstance(p, tvm.transform.Pass) for p in value):
@@ -58,9 +69,11 @@ class TvmOptions:
                 "conv_algorithm must be one of "
                 f"{', '.join(map(repr, CONV_ALGORITHMS))}, got {given['conv_algorithm']!r}"
             )
-        if given["claim_policy"] not in ("all", "cost"):
+        if given["claim_policy"] not in CLAIM_POLICIES:
+            source = "claim_policy" if "claim_policy" in options else f"{CLAIM_POLICY_ENV} (the environment)"
             raise InvalidProviderOptions(
-                f"claim_policy must be 'all' or 'cost', got {given['claim_policy']!r}"
+                f"{source} must be one of {', '.join(map(repr, CLAIM_POLICIES))}, "
+                f"got {given['claim_policy']!r}"
             )
         if given["compile_isolation"] not in ("process", "none"):
             raise InvalidProviderOptions(

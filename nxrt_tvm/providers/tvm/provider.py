@@ -11,7 +11,7 @@ import tvm
 from tqdm import tqdm
 
 from ...api.claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, SubgraphClaim
-from ...api.device import EpId
+from ...api.device import DeviceType, EpId
 from ...api.errors import CompileDisabled, UnsupportedContext
 from ...api.kernel import Kernel, KernelVariant
 from ...api.provider import ExecutionProvider
@@ -26,6 +26,7 @@ from ...partition.grouping import group_nodes
 from ...partition.node_context import NodeContext
 from ...partition.tvm_rules import FUNCTION_OPS, check_group, check_node
 from ...runtime.kernel import TvmKernel
+from ...runtime.measure import measure_partition
 from .builder import PartitionBuilder
 from .context import context_of, kernel_of
 from .cost import judge_cost
@@ -134,7 +135,7 @@ class TvmExecutionProvider(ExecutionProvider):
         minimum = self.options.min_subgraph_size
         for group in groups:
             if len(group) >= minimum:
-                slower = self._cost(graph, group, costs) if self.options.claim_policy == "cost" else None
+                slower = self._cost(graph, group, costs) if self.options.claim_policy != "all" else None
                 if slower is None:
                     kept.append(group)
                     continue
@@ -154,11 +155,15 @@ class TvmExecutionProvider(ExecutionProvider):
         return ClaimResult(claims, tuple(declines))
 
     def _cost(self, graph: GraphView, group: tuple[int, ...], costs: dict) -> DeclineSignal | None:
+        """Judge a verified partition by its timing: remembered with its compile result, else measured."""
         name = partition_name(graph, group, "tvm")
-        built = self.builder.built.get(name)
-        costs[group], slower = judge_cost(
-            graph, group, name, None if built is None else built[0], self.device, self.options.cost_budget_s
-        )
+        remembered, timing = self.builder.remembered_timing(name)
+        if not remembered:
+            built = self.builder.built.get(name)
+            if built is not None and built[0] is not None and self.device.type is DeviceType.CPU:
+                timing = measure_partition(graph, group, name, built[0], self.options.cost_budget_s)
+                self.builder.remember_timing(name, timing)
+        costs[group], slower = judge_cost(self.options.claim_policy, len(group), timing, remembered)
         return slower
 
     def _decline(self, ctx: NodeContext, signal: DeclineSignal) -> Decline:

@@ -1,0 +1,141 @@
+"""Measured claims: the default policy leaves a partition TVM runs slower to onnxruntime, says why in the
+plan, and remembers the timing with the compile result instead of re-measuring it every session."""
+
+from __future__ import annotations
+
+import model_zoo
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
+from nxrt_tvm.providers.tvm.options import CLAIM_POLICY_ENV
+
+TVM = "TvmExecutionProvider"
+
+
+def _matmul(batch: int | str = 256):
+    weight = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w"
+    )
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 256])],
+        [weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def default_policy(monkeypatch):
+    """The policy a user gets: the suite's own default ('all', conftest) lifted."""
+    monkeypatch.delenv(CLAIM_POLICY_ENV, raising=False)
+
+
+def test_the_default_leaves_a_slower_partition_to_onnxruntime_and_says_why(default_policy):
+    # TVM's naive loop nest for a 256x256x256 matmul is ~100x slower than onnxruntime's MLAS kernel
+    sess = nx.InferenceSession(_matmul(), provider_options=[{"schedule_passes": []}, {}])
+    assert [str(p.ep) for p in sess.plan.partitions] == ["CPUExecutionProvider"]
+    (decline,) = sess.plan.declines
+    assert decline.rejected is nx.Rejected.PARTITION
+    assert decline.detail.startswith("claim_policy='auto': its partition (1 nodes) measured ")
+    assert "no slower than onnxruntime running it alone" in decline.detail
+    assert "claim_policy='all'" in decline.remediation
+    x = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
+    assert_parity(sess.run(None, {"x": x}), ort_run(_matmul(), {"x": x}))
+
+
+def _elementwise_chain():
+    """16 elementwise ops on a 1M-element map: onnxruntime makes 16 passes over memory, TVM fuses one."""
+    nodes, y = [], "x"
+    for k in range(8):
+        nodes += [
+            helper.make_node("Tanh", [y], [f"t{k}"]),
+            helper.make_node("Mul", [f"t{k}", "x"], [f"m{k}"]),
+        ]
+        y = f"m{k}"
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024, 1024])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1024, 1024])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_default_keeps_a_partition_tvm_runs_faster(default_policy):
+    sess = nx.InferenceSession(_elementwise_chain())
+    (part,) = sess.plan.partitions
+    assert str(part.ep) == TVM, sess.plan.declines
+    assert part.cost.latency_us is not None and part.cost.latency_us > 0
+    assert part.cost.source.startswith("measured; onnxruntime alone ")
+    x = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)
+    assert_parity(sess.run(None, {"x": x}), ort_run(_elementwise_chain(), {"x": x}))
+
+
+def test_symbolic_dims_are_measured_at_representative_sizes(default_policy):
+    sess = nx.InferenceSession(_matmul("batch_size"), provider_options=[{"schedule_passes": []}, {}])
+    (decline,) = sess.plan.declines
+    assert "at batch_size=1 " in decline.detail
+    sess = nx.InferenceSession(_matmul("rows"), provider_options=[{"schedule_passes": []}, {}])
+    (decline,) = sess.plan.declines
+    assert "at rows=32 " in decline.detail
+
+
+def test_inputs_onnxruntime_refuses_leave_the_partition_unmeasured_and_kept(default_policy):
+    # x [n, k] @ w [16, 8]: at the representative k=32 onnxruntime refuses the matmul, so nothing is timed
+    weight = numpy_helper.from_array(np.ones((16, 8), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "k"])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 8])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = nx.InferenceSession(model)
+    (part,) = sess.plan.partitions
+    assert str(part.ep) == TVM
+    assert part.cost.latency_us is None and part.cost.source.startswith("unmeasured")
+    x = np.random.default_rng(2).standard_normal((3, 16)).astype(np.float32)
+    assert_parity(sess.run(None, {"x": x}), ort_run(model, {"x": x}))
+
+
+def test_a_timing_is_remembered_with_the_compile_result(default_policy, tmp_path):
+    options = [{"cache_dir": str(tmp_path)}, {}]
+    first = nx.InferenceSession(model_zoo.cnn(), provider_options=options)
+    second = nx.InferenceSession(model_zoo.cnn(), provider_options=options)
+    assert second.provider(TVM).stats["cache_hits"] == first.provider(TVM).stats["builds"] > 0
+    assert [str(p.ep) for p in second.plan.partitions] == [str(p.ep) for p in first.plan.partitions]
+    costs = {p.name: p.cost for p in first.plan.partitions if str(p.ep) == TVM}
+    slower = {d.node: d.detail for d in first.plan.declines if "claim_policy='auto'" in d.detail}
+    assert costs or slower
+    for p in second.plan.partitions:
+        if p.name in costs:  # the same number, read back: not measured again
+            assert p.cost.latency_us == costs[p.name].latency_us
+            assert ", remembered; onnxruntime alone " in p.cost.source
+    assert {d.node: d.detail for d in second.plan.declines if "claim_policy='auto'" in d.detail} == slower
+
+
+def test_a_cached_build_without_a_timing_is_measured_once(default_policy, tmp_path):
+    # claim_policy='all' caches the build without timing it; the default measures it once, then reads it
+    options = {"cache_dir": str(tmp_path), "schedule_passes": []}
+    nx.InferenceSession(_matmul(), provider_options=[options | {"claim_policy": "all"}, {}])
+    details = []
+    for _ in range(2):
+        sess = nx.InferenceSession(_matmul(), provider_options=[options, {}])
+        assert sess.provider(TVM).stats["cache_hits"] == 1 and sess.provider(TVM).stats["builds"] == 0
+        (decline,) = sess.plan.declines
+        details.append(decline.detail)
+    assert details[0] == details[1] and "claim_policy='auto'" in details[0]
+
+
+def test_a_bad_policy_in_the_environment_says_where_it_came_from(monkeypatch):
+    monkeypatch.setenv(CLAIM_POLICY_ENV, "fast")
+    with pytest.raises(nx.InvalidProviderOptions, match=f"{CLAIM_POLICY_ENV} \\(the environment\\) must be"):
+        nx.InferenceSession(model_zoo.mlp())
+    with pytest.raises(nx.InvalidProviderOptions, match="^claim_policy must be one of 'auto', 'all', 'cost'"):
+        nx.InferenceSession(model_zoo.mlp(), provider_options=[{"claim_policy": "fast"}, {}])
