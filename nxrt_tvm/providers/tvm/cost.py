@@ -1,7 +1,8 @@
 """Measured claims: a built partition is kept only where TVM runs it at least as fast as the fallback.
 
-`claim_policy='auto'` (the default) keeps a partition unless it measured slower on TVM than on
-onnxruntime running it alone, so the default never makes a model slower than onnxruntime alone;
+`claim_policy='auto'` (the default) keeps a partition where TVM measured at least 5% faster than
+onnxruntime running it alone (the margin covers timing noise and the session's own per-run cost), so
+the default never makes a model slower than onnxruntime alone;
 `'cost'` keeps it only where TVM measured 5% faster plus one fallback run (the run a split adds);
 `'all'` measures nothing. A timing is taken once per compiled partition and remembered with it in
 the compile cache, so the choice does not flip with timing noise from one session to the next.
@@ -16,7 +17,9 @@ __all__ = ["CLAIM_POLICIES", "COST_MARGIN", "judge_cost"]
 
 CLAIM_POLICIES = ("auto", "all", "cost")
 
-#: how much faster than the fallback a partition must measure on TVM under claim_policy='cost'.
+#: how much faster than the fallback a partition must measure on TVM (timing noise, the session's per-run
+#: cost: the bundled model measured 285 us on TVM against 266 us in one session and 5% the other way in the
+#: next, and a session adds ~20 us to a kernel's time)
 COST_MARGIN = 0.05
 
 
@@ -36,9 +39,9 @@ def judge_cost(
     if policy == "auto":
         # Where it is the whole model, onnxruntime alone is what the user would otherwise run; where it
         # sits between fallback partitions, declining it also saves the switches, so this is the bar.
-        if timing.tvm_us <= timing.ort_alone_us:
+        if timing.tvm_us * (1 + COST_MARGIN) <= timing.ort_alone_us:
             return cost, None
-        rule = "TVM must be no slower than onnxruntime running it alone"
+        rule = f"TVM must be {COST_MARGIN:.0%} faster than onnxruntime running it alone"
     else:
         # TVM must win by the timing noise and by the fallback run that splitting the graph adds: the
         # bundled model's conv partition measured level with onnxruntime, and taking it made the session
