@@ -9,7 +9,8 @@ out), once a round; the rounds alternate the order of the runtimes. All get the 
 onnxruntime ``intra_op_num_threads``, OpenVINO ``INFERENCE_NUM_THREADS`` (with ``PERFORMANCE_HINT``
 LATENCY and ``INFERENCE_PRECISION_HINT`` f32: its default on AVX-512-BF16 CPUs is bf16), nxrt-tvm
 ``TVM_NUM_THREADS`` with the default ``InferenceSession`` options (plus the repository's
-``tuning_logs`` when they have a folder for this machine's device key).
+``tuning_logs`` when they have a folder for this machine's device key), its fallback
+``intra_op_num_threads``.
 
 Each worker reports the time to a ready session, the median latency of ``--repeat`` runs
 (``nxrt_tvm.timing.median_seconds``) and saves its outputs for the parity check; nxrt-tvm's also
@@ -121,14 +122,12 @@ def _run_nxrt(model: Path, feeds: dict, threads: int):
     import nxrt_tvm as nx
 
     logs = _tuning_logs()
-    kwargs = {}
-    if logs is not None:
-        kwargs = {
-            "providers": ["TvmExecutionProvider", "CPUExecutionProvider"],
-            "provider_options": [{"tuning_logs": str(logs)}, {}],
-        }
+    # the fallback gets onnxruntime's thread count too (its default, 0, is not always `threads` threads)
+    options = [{} if logs is None else {"tuning_logs": str(logs)}, {"intra_op_num_threads": threads}]
     started = time.perf_counter()
-    sess = nx.InferenceSession(str(model), **kwargs)
+    sess = nx.InferenceSession(
+        str(model), providers=["TvmExecutionProvider", "CPUExecutionProvider"], provider_options=options
+    )
     ready = time.perf_counter() - started
     by_ep: dict[str, int] = {}
     for p in sess.plan.partitions:

@@ -43,11 +43,23 @@ def source(tmp_path_factory):
     return path
 
 
-@pytest.fixture()
-def external(source, tmp_path):
-    out = tmp_path / "ctx.onnx"
+def _copy_of(compiled, tmp_path):
+    """A test's own copy of a module's compiled EPContext model and its blobs (each test edits its copy)."""
+    for path in compiled.parent.iterdir():
+        shutil.copy2(path, tmp_path / path.name)
+    return tmp_path / compiled.name
+
+
+@pytest.fixture(scope="module")
+def _external(source, tmp_path_factory):
+    out = tmp_path_factory.mktemp("external") / "ctx.onnx"
     nx.compile_model(source, out, embed=False, progress=False)
     return out
+
+
+@pytest.fixture()
+def external(_external, tmp_path):
+    return _copy_of(_external, tmp_path)
 
 
 def _edit_context(path, edit) -> None:
@@ -141,11 +153,16 @@ def test_blob_for_another_target_kind(source, tmp_path):
             nx.InferenceSession(out, provider_options=[{"target": "cuda"}, {}])
 
 
-@pytest.fixture()
-def foreign(source, tmp_path):
-    out = tmp_path / "foreign_ctx.onnx"
+@pytest.fixture(scope="module")
+def _foreign(source, tmp_path_factory):
+    out = tmp_path_factory.mktemp("foreign") / "foreign_ctx.onnx"
     nx.compile_model(source, out, target={"kind": "llvm", "mcpu": _foreign_cpu()}, progress=False)
     return out
+
+
+@pytest.fixture()
+def foreign(_foreign, tmp_path):
+    return _copy_of(_foreign, tmp_path)
 
 
 def test_blob_needing_cpu_features_this_host_lacks(foreign):
