@@ -226,9 +226,9 @@ def _scan(value, source, limit: int) -> tuple[int, int]:
     return nodes, loads
 
 
-def inline(sch: s_tir.Schedule, block) -> bool:
+def inline(sch: s_tir.Schedule, block) -> None:
     """`compute_inline` the block, unless that copies a costly expression into a consumer that reads it
-    more than once; False where it keeps its own loops (or cannot be inlined at all).
+    more than once; otherwise (or where it cannot be inlined at all) it keeps its own loops.
 
     Inlining substitutes the producer's expression for each read: fast tanh/erf polynomials read their
     input several times, so a chain of them (Tanh -> Mul -> Tanh ...) grew exponentially, and a fused
@@ -236,21 +236,20 @@ def inline(sch: s_tir.Schedule, block) -> bool:
     """
     stmt = sch.get(block)
     if len(stmt.writes) != 1 or not isinstance(stmt.body, tirx.BufferStore):
-        return False
+        return
     nodes, _ = _scan(stmt.body.value, None, INLINE_COPY_NODES)
     if nodes > INLINE_COPY_NODES:
         for consumer in sch.get_consumers(block):
             body = sch.get(consumer).body
             if not isinstance(body, tirx.BufferStore):
-                return False
+                return
             size, loads = _scan(body.value, stmt.writes[0].source, _SCAN_LIMIT)
             if loads > 1 or size > _SCAN_LIMIT:
-                return False
+                return
     try:
         sch.compute_inline(block)
     except s_tir.ScheduleError:
-        return False  # e.g. a block with two consumers that cannot be recomputed: it keeps its loops
-    return True
+        pass  # e.g. a block with two consumers that cannot be recomputed: it keeps its loops
 
 
 def uses_div_mod(sch: s_tir.Schedule, block, var_index: int) -> bool:

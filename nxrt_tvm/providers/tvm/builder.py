@@ -113,15 +113,12 @@ class PartitionBuilder:
 
     def remember_timing(self, name: str, timing: PartitionTiming | None) -> None:
         """Store a partition's timing with its compile result, so later sessions do not re-measure it."""
-        key_meta = self.entries.get(name)
-        if key_meta is None or self.cache is None:
+        key_meta, built = self.entries.get(name), self.built.get(name)
+        if key_meta is None or built is None or self.cache is None:
             return
-        key = key_meta[0]
-        entry = self.cache.get(key)
-        if entry is None:  # evicted or dropped since: the next build stores a fresh one
-            return
-        meta = entry.meta | {"timing": None if timing is None else timing.to_json()}
-        self.cache.put(key, entry.blob, meta)
+        key, meta = key_meta
+        meta = meta | {"timing": None if timing is None else timing.to_json()}
+        self.cache.put(key, built[1], meta)  # the blob this session built or loaded: no second read
         self.entries[name] = (key, meta)
 
     def build(
