@@ -25,6 +25,10 @@ unsafe on shapes that only the user's input decides:
   layout conversion cannot see through: each ReLU6 between NHWC convolutions
   became transpose, clip, transpose (a third of MobileNetV2's run time). Ours
   are Relax `maximum`/`minimum`.
+- `MaxPool`, `AveragePool` of an input shorter than the window: onnxruntime
+  pools what is there (trunc of the size division), TVM gives a zero-size map
+  (floor). Ours extend such an input by the missing part first (see
+  `_pool_like_onnxruntime`).
 
 One converter adds opsets TVM's lacks: `Resize` 11 and 13 (TVM has only 18,
 so every opset-17 torch export's upsampling was declined) through TVM's
@@ -57,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import tvm
-from tvm import relax, tirx
+from tvm import relax, sym, tirx
 from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 from .api.errors import CompileFailed
@@ -308,11 +312,85 @@ class _Resize(onnx_frontend.Resize):
     _impl_v13 = _impl_v11
 
 
+def _short_input_fill(n, kernel: int, stride: int, pads: int):
+    """How much to extend an axis so that floor division gives onnxruntime's output size.
+
+    onnxruntime sizes a pool's output as trunc((n + pads - kernel) / stride) + 1; ONNX and TVM floor it. They
+    differ only where the input is shorter than the window (n + pads < kernel): onnxruntime pools the part
+    that is there (a 1x1 image through PP-OCR's 2x2 max pools gives 1x1, TVM 0x0). floor((d + e) / s) equals
+    trunc(d / s) for d < 0 when e = (-d) mod s, and e = 0 for d >= 0."""
+    return sym.Analyzer().simplify(tirx.floormod(tirx.max(kernel - pads - n, 0), stride))
+
+
+def _is_zero(dim) -> bool:
+    return isinstance(dim, tirx.IntImm) and dim.value == 0
+
+
+def _pool_like_onnxruntime(base: type) -> type:
+    """TVM's pool converter sized as onnxruntime sizes it on inputs shorter than the window.
+
+    Where an axis may need extending, the input is extended by the missing part: with the lowest value for
+    MaxPool, with zeros for AveragePool counting pads (onnxruntime divides by the whole window there), and
+    for AveragePool not counting pads, zeros divided by the pooled mask of what is data. The extension is
+    a copy of the input (a concat per pool whose strided axis is symbolic; conv1d_audio at 16000 samples
+    measured 3% slower): TVM's ceil mode, which would need none, cannot size symbolic dims."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x = inputs[0]
+        auto_pad = attr.get("auto_pad", b"NOTSET").decode("utf-8")
+        kernel = list(attr.get("kernel_shape"))
+        if auto_pad != "NOTSET" or attr.get("ceil_mode", 0):  # VALID has no pads; SAME_* is static
+            return base._impl_v1.__func__(cls, bb, inputs, attr, params)
+        pads = list(attr.get("pads", [0] * 2 * len(kernel)))
+        strides = list(attr.get("strides", [1] * len(kernel)))
+        dilations = list(attr.get("dilations", [1] * len(kernel)))
+        shape = list(x.ty.shape)
+        fills = [
+            _short_input_fill(shape[2 + i], (k - 1) * d + 1, s, pads[i] + pads[len(kernel) + i])
+            for i, (k, s, d) in enumerate(zip(kernel, strides, dilations))
+        ]
+        if all(_is_zero(f) for f in fills):
+            return base._impl_v1.__func__(cls, bb, inputs, attr, params)
+        dtype = x.ty.dtype.dtype
+        average = cls.name == "avg_pool"
+        lowest = (
+            0.0
+            if average
+            else float(np.finfo(dtype).min if dtype.startswith("float") else np.iinfo(dtype).min)
+        )
+
+        def extended(value, fill_value):
+            dims = list(value.ty.shape)
+            for i, fill in enumerate(fills):
+                if not _is_zero(fill):
+                    tail = dims[: 2 + i] + [fill] + dims[3 + i :]
+                    pad = relax.op.full(relax.ShapeExpr(tail), relax.const(fill_value, dtype), dtype)
+                    value = bb.normalize(relax.op.concat([value, pad], axis=2 + i))
+                    dims = list(value.ty.shape)
+            return value
+
+        if not average or attr.get("count_include_pad", 0):
+            return base._impl_v1.__func__(
+                cls, bb, [extended(x, lowest)], {**attr, "count_include_pad": 1}, params
+            )
+        counted = {**attr, "count_include_pad": 1}
+        total = bb.normalize(base._impl_v1.__func__(cls, bb, [extended(x, 0.0)], counted, params))
+        ones = relax.op.full(relax.ShapeExpr([1, 1, *shape[2:]]), relax.const(1.0, dtype), dtype)
+        present = bb.normalize(
+            base._impl_v1.__func__(cls, bb, [extended(bb.normalize(ones), 0.0)], counted, params)
+        )
+        return relax.op.divide(total, present)
+
+    return type(f"Nxrt{base.__name__}", (base,), {"_impl_v1": _impl_v1})
+
+
 _OVERRIDES: dict[str, type] = {
     "Slice": _Slice,
     "Resize": _Resize,
     "Clip": _Clip,
     "BitShift": _BitShift,
+    **{op: _pool_like_onnxruntime(getattr(onnx_frontend, op)) for op in ("MaxPool", "AveragePool")},
     **{
         op: _guarded_along_axis(getattr(onnx_frontend, op), op)
         for op in ("Gather", "GatherElements", "Scatter", "ScatterElements")

@@ -240,6 +240,7 @@ def test_the_convert_map_is_tvms_with_our_overrides():
         "Resize",
         "Clip",
         *("Max", "Min", "Sum", "Mean"),
+        *("MaxPool", "AveragePool"),
         *EARLIER_VERSIONS,
     }
     assert onnx_frontend._get_convert_map()["Slice"] is onnx_frontend.Slice  # installed only while importing
@@ -270,3 +271,27 @@ def test_bitshift_by_amounts_outside_the_width_is_defined(dtype, opset, directio
     sess = nx.InferenceSession(model)
     assert sess.plan.nodes_by_ep() == {TVM: 1}, sess.plan.format(sess.graph)
     np.testing.assert_array_equal(sess.run(None, {"x": x, "y": y})[0], ort_run(model, {"x": x, "y": y})[0])
+
+
+@pytest.mark.parametrize(
+    "op, attrs", [("MaxPool", {}), ("AveragePool", {}), ("AveragePool", {"count_include_pad": 1})]
+)
+def test_pools_of_inputs_shorter_than_the_window_are_sized_as_onnxruntime_sizes_them(op, attrs):
+    """onnxruntime pools what is there of a window longer than the input (trunc, not floor, of the
+    output-size division): a 1x1 map through a 4x2 pool is 1x1 there, and was 0x0 (then NaN after a mean)
+    on TVM. One symbolic build at every size, each against onnxruntime."""
+    pool = h.make_node(op, ["x"], ["y"], kernel_shape=[4, 2], strides=[4, 2], pads=[1, 0, 0, 1], **attrs)
+    model = _model(
+        [pool],
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 3, "h", "w"])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, 3, "oh", "ow"])],
+    )
+    sess = nx.InferenceSession(model)
+    assert sess.plan.nodes_by_ep() == {TVM: 1}, sess.plan.format(sess.graph)
+    rng = np.random.default_rng(0)
+    for size in [(1, 1), (2, 1), (3, 3), (4, 2), (9, 5), (16, 16)]:
+        x = rng.standard_normal((1, 3, *size)).astype(np.float32)
+        want = ort_run(model, {"x": x})[0]
+        got = sess.run(None, {"x": x})[0]
+        assert got.shape == want.shape, size
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=str(size))
