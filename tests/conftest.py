@@ -23,3 +23,10 @@ from parity import DATA, assert_parity, ort_run  # noqa: E402,F401  (re-exported
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture(scope="session")
+def exports_cache(tmp_path_factory) -> str:
+    """One compile cache for the exports in tests/data, which several tests compile (tiny_bert cold: about
+    50 s, 58 builds): the first test pays, the others load its builds and its remembered failures."""
+    return str(tmp_path_factory.mktemp("exports-cache"))

@@ -5,7 +5,7 @@ Prints one JSON line per size: {"size": [batch, seq], "want": "ok" | error text,
 output elements off by more than 1e-3 of their output's scale}. A crash kills
 this process, not the test run: the parent checks the exit status.
 
-Usage: python tests/export_sizes.py NAME SIZES_JSON [SEED]
+Usage: python tests/export_sizes.py NAME SIZES_JSON [SEED [CACHE_DIR]]
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def main(argv: list[str]) -> int:
     rng = np.random.default_rng(int(argv[2]) if len(argv) > 2 else 0)
     path = DATA / f"{name}.onnx"
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    sess = nx.InferenceSession(path)
+    cache = {"cache_dir": argv[3]} if len(argv) > 3 else {}
+    sess = nx.InferenceSession(path, providers=[("TvmExecutionProvider", cache), "CPUExecutionProvider"])
     for batch, seq in sizes:
         feed = feeds(name, batch, seq, rng)
         try:

@@ -52,9 +52,9 @@ SIZES = {
 }
 
 
-def run_sizes(name: str, sizes, seed: int = 0) -> list[dict]:
+def run_sizes(name: str, sizes, cache_dir: str, seed: int = 0) -> list[dict]:
     proc = subprocess.run(
-        [sys.executable, "-W", "ignore", str(CHILD), name, json.dumps(sizes), str(seed)],
+        [sys.executable, "-W", "ignore", str(CHILD), name, json.dumps(sizes), str(seed), cache_dir],
         capture_output=True,
         text=True,
         timeout=1200,
@@ -85,13 +85,13 @@ def check(name: str, rows: list[dict], sizes) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))
-def test_export_at_many_sizes(name):
-    check(name, run_sizes(name, SIZES[name]), SIZES[name])
+def test_export_at_many_sizes(name, exports_cache):
+    check(name, run_sizes(name, SIZES[name], exports_cache), SIZES[name])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SIZES))
-def test_export_at_random_sizes_and_seeds(name):
+def test_export_at_random_sizes_and_seeds(name, exports_cache):
     """Hypothesis draws 24 sizes and a seed per export (derandomized: the same draws every run)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
@@ -112,4 +112,4 @@ def test_export_at_random_sizes_and_seeds(name):
 
     draw()
     sizes, seed = drawn[0]
-    check(name, run_sizes(name, sizes, seed), sizes)
+    check(name, run_sizes(name, sizes, exports_cache, seed), sizes)

@@ -22,6 +22,7 @@ __all__ = [
     "UnsupportedContext",
     "DuplicateContextSource",
     "CompileFailed",
+    "CompileInterrupted",
     "InvalidModel",
     "InvalidFeed",
     "MissingInput",
@@ -120,6 +121,11 @@ class DuplicateContextSource(EpError):
 
 class CompileFailed(EpError):
     """Compiling a claimed partition failed: a claim-check bug unless the cause is environmental."""
+
+
+class CompileInterrupted(CompileFailed):
+    """The compiler was stopped (timeout), died (a signal) or lacks a tool: not a property of the partition,
+    so the same build may succeed another time; a compile cache never remembers it as a failure."""
 
 
 class InternalError(EpError):

@@ -15,7 +15,7 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-from ..api.errors import CompileFailed, EpLoadFailed
+from ..api.errors import CompileInterrupted, EpLoadFailed
 from ..lower.target import host_arch
 from .elf import elf_problem
 
@@ -25,7 +25,7 @@ __all__ = ["export_executable", "load_executable"]
 def export_executable(executable: relax.VMExecutable) -> bytes:
     """The shared library of a compiled partition, as bytes (links with the system C++ compiler)."""
     if shutil.which(os.environ.get("CXX", "g++")) is None:
-        raise CompileFailed(
+        raise CompileInterrupted(
             "exporting a compiled partition needs a C++ compiler "
             "(g++) on PATH; install one (e.g. apt-get install g++)"
         )

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..api.errors import CompileFailed, InternalError
+from ..api.errors import CompileFailed, CompileInterrupted, InternalError
 
 __all__ = ["fork_available", "run_isolated"]
 
@@ -93,15 +93,20 @@ def run_isolated(fn: Callable[[], T], what: str, timeout_s: float) -> T:
         data = _read_all(read_fd, pid, time.monotonic() + timeout_s)
     except TimeoutError:
         os.waitpid(pid, 0)
-        raise CompileFailed(f"compiling {what} took longer than {timeout_s:.0f} s and was stopped") from None
+        raise CompileInterrupted(
+            f"compiling {what} took longer than {timeout_s:.0f} s and was stopped"
+        ) from None
     finally:
         os.close(read_fd)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
-        raise CompileFailed(f"TVM crashed ({name}) while compiling {what}")
+        # SIGKILL is the OOM killer or a user; SIGSEGV and friends are TVM's, on this partition
+        raise (CompileInterrupted if name == "SIGKILL" else CompileFailed)(
+            f"TVM crashed ({name}) while compiling {what}"
+        )
     if not data:
-        raise CompileFailed(
+        raise CompileInterrupted(
             f"the compiler process for {what} exited ({os.WEXITSTATUS(status)}) without a result"
         )
     kind, value = pickle.loads(data)

@@ -111,3 +111,33 @@ def test_two_processes_compile_into_one_cache(tmp_path):
     assert results[0] == results[1]
     assert len(list(tmp_path.glob("v1/*/*.entry"))) == 1
     assert _stats(_session(model_zoo.cnn(), tmp_path))["cache_hits"] == 1
+
+
+def _declines(sess) -> list[tuple[str, str]]:
+    return sorted((d.node, d.detail) for d in sess.plan.declines)
+
+
+def test_a_warm_cache_neither_rebuilds_nor_bisects(exports_cache, data_dir):
+    """tiny_bert's claims take 58 builds cold, 8 of them failing proofs bisected to their culprit. A failure
+    is cached under its partition's key like a success, so a warm session builds nothing and declines the
+    same nodes for the same reasons."""
+    path = str(data_dir / "tiny_bert.onnx")
+    first = _session(path, exports_cache)
+    second = _session(path, exports_cache)
+    assert _stats(second)["builds"] == 0 and _stats(second)["bisections"] == 0, _stats(second)
+    assert _stats(second)["failures_remembered"] >= 1, _stats(second)
+    assert _declines(second) == _declines(first)
+    assert [p.nodes for p in second.plan.partitions] == [p.nodes for p in first.plan.partitions]
+
+
+def test_an_interrupted_build_is_not_remembered_as_a_failure(tmp_path):
+    """A build stopped by compile_timeout_s says nothing about the partition: the next session with time
+    to spare builds it."""
+    model = model_zoo.cnn(seed=0)
+    options = {"cache_dir": str(tmp_path), "compile_timeout_s": 0.01}
+    hurried = nx.InferenceSession(model, provider_options=[options, {}])
+    assert not hurried.plan.nodes_by_ep().get(str(TVM)), hurried.plan.format(hurried.graph)
+    assert any("took longer than" in d.detail for d in hurried.plan.declines)
+    patient = _session(model, tmp_path)
+    assert _stats(patient)["failures_remembered"] == 0 and _stats(patient)["builds"] >= 1
+    assert patient.plan.nodes_by_ep().get(str(TVM)), patient.plan.format(patient.graph)

@@ -391,12 +391,13 @@ def test_symbolic_reductions_over_any_axis_have_a_rule(axis, op):
         )
 
 
-def test_a_transformers_export_has_no_tvm_default_kernel():
+def test_a_transformers_export_has_no_tvm_default_kernel(exports_cache):
     """tiny_bert (a transformers export with dynamic batch and sequence): every kernel has a rule."""
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "data" / "tiny_bert.onnx"
-    session = nx.InferenceSession(str(path))
+    providers = [("TvmExecutionProvider", {"cache_dir": exports_cache}), "CPUExecutionProvider"]
+    session = nx.InferenceSession(str(path), providers=providers)
     variants = [v.variant for vs in session.kernel_variants().values() for v in vs]
     assert variants and "tvm-default" not in variants
 

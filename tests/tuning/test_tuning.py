@@ -262,6 +262,7 @@ def _wait_for_server(port: int, key: str, timeout: float = 60.0) -> None:
     raise AssertionError(f"no RPC server registered under {key!r} within {timeout} s")
 
 
+@pytest.mark.slow  # a second whole tuning run (about 55 s on 2 cores); the local path runs by default
 def test_rpc_tuning_on_loopback(tmp_path):
     port = _free_port()
     # Own process groups: the server forks popen workers that outlive a plain terminate().

@@ -15,7 +15,7 @@ import tvm
 
 from ...api.claim import DeclineSignal, Rejected
 from ...api.device import DeviceId
-from ...api.errors import CompileFailed
+from ...api.errors import CompileFailed, CompileInterrupted
 from ...api.kernel import KernelVariant
 from ...epcontext.cache import CompileCache, cache_key
 from ...epcontext.record import FORMAT_VERSION
@@ -32,6 +32,16 @@ from .options import TvmOptions
 __all__ = ["PartitionBuilder"]
 
 Built = tuple[Any, "bytes | None"]  #: (module, blob): module None on a compile-only host (CUDA, no GPU)
+
+
+def _build_rejected(message: str) -> DeclineSignal:
+    return DeclineSignal(
+        Rejected.BUILD,
+        f"TVM cannot compile it in this context: {message}",
+        "what tvm.relax.frontend.onnx imports and TVM builds (shape-like inputs must be constants or "
+        "computed in the same partition)",
+        "runs on the fallback EP; fold run-time shapes to constants (onnxsim) or export with static shapes",
+    )
 
 
 class PartitionBuilder:
@@ -55,25 +65,44 @@ class PartitionBuilder:
         self.stats: Counter[str] = Counter()
 
     def prove(self, graph: GraphView, group: tuple[int, ...]) -> dict[int, DeclineSignal]:
-        """Build `group` (or find it in the cache); on failure, the node whose addition breaks the build."""
+        """Build `group` (or find it in the cache); on failure, the node whose addition breaks the build.
+
+        A failure is cached under the same key as a success would be (its culprit and message, no blob),
+        so a warm cache neither rebuilds nor re-bisects it; an interrupted build (timeout, killed, no
+        compiler) is not a property of the partition and is never remembered."""
         name = partition_name(graph, group, "tvm")
         key = self.cache_key(graph, group, name) if self.cache is not None else None
+        order = sorted(group)
         if key is not None:
             entry = self.cache.get(key)
-            if entry is not None:  # built and proven before; the cache verified its sha256
+            if entry is not None and "failure" in entry.meta:
+                failure = entry.meta["failure"]
+                position = failure.get("position")
+                if isinstance(position, int) and 0 <= position < len(order):
+                    if graph.nodes[order[position]].op_type == failure.get("op_type"):
+                        self.stats["failures_remembered"] += 1
+                        return {order[position]: _build_rejected(str(failure.get("message")))}
+            elif entry is not None:  # built and proven before; the cache verified its sha256
                 self.built[name] = (load_executable(entry.blob, name), entry.blob)
                 self.variants[name] = [KernelVariant(*v) for v in entry.meta.get("variants", [])]
                 self.entries[name] = (key, entry.meta)
                 self.stats["cache_hits"] += 1
                 return {}
+        interrupted = False
 
         def attempt(nodes: list[int], variants: list[KernelVariant] | None = None) -> Built:
-            return self.build(graph, nodes, name, (), variants)
+            nonlocal interrupted
+            try:
+                return self.build(graph, nodes, name, (), variants)
+            except CompileInterrupted:
+                interrupted = True
+                raise
 
         variants: list[KernelVariant] = []
         try:
             executable, blob = attempt(list(group), variants)
         except CompileFailed:
+            self.stats["bisections"] += 1
             culprit, message = locate_failure(group, attempt)
         else:
             if key is not None:
@@ -88,20 +117,10 @@ class PartitionBuilder:
             self.built[name] = (executable, blob)
             self.variants[name] = variants
             return {}
-        return {
-            culprit: DeclineSignal(
-                Rejected.BUILD,
-                f"TVM cannot compile it in this context: {message}",
-                (
-                    "what tvm.relax.frontend.onnx imports and TVM builds (shape-like "
-                    "inputs must be constants or computed in the same partition)"
-                ),
-                (
-                    "runs on the fallback EP; fold run-time shapes to "
-                    "constants (onnxsim) or export with static shapes"
-                ),
-            )
-        }
+        if key is not None and not interrupted:
+            failure = {"position": order.index(culprit), "op_type": graph.nodes[culprit].op_type}
+            self.cache.put(key, b"", {"partition": name, "failure": failure | {"message": message}})
+        return {culprit: _build_rejected(message)}
 
     def remembered_timing(self, name: str) -> tuple[bool, PartitionTiming | None]:
         """(found, timing) stored with a cached partition (the key holds the target, threads included); a
