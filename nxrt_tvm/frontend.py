@@ -9,11 +9,19 @@ unsafe on shapes that only the user's input decides:
   clamped as ONNX requires; a position table sliced to a too-long sequence
   read past its end (garbage values, then a SIGSEGV in the gather after it).
 - `Gather`, `GatherElements`, `GatherND`, `Scatter`, `ScatterElements`,
-  `ScatterND` with indices that are not constants: TVM's kernels never check
-  an index (`take`'s mode is "fast"). Every such index first goes through an
-  index guard kernel, which checks it against the dim it indexes (ONNX
+  `ScatterND` with indices that are not constants, or constants into a dim
+  of symbolic size (BERT's pooler reads token 0 of a sequence that may be
+  fed empty): TVM's kernels never check an index (`take`'s mode is "fast").
+  Every such index first goes through an index guard kernel, which checks it against the dim it indexes (ONNX
   allows [-n, n)), makes it non-negative, and otherwise fails the call with a
   message naming the node (`IndexOutOfBounds` in the kernel).
+- `Range` over a size (`Range(0, seq, 1)`, position ids): TVM's length is a
+  fresh var unrelated to `seq`, so `[batch, seq] + [len]` does not build; ours
+  is an expression of `seq`.
+- `Add`, `Sub`, `Mul`, `Div`, `Where` with an operand of clamped size
+  (`table[:seq]` is `min(seq, 64)` long) against `seq`: Relax cannot prove the
+  two equal and the build fails; ours checks them equal at run time (a
+  too-long input raises, see `_resolve_clamped`).
 - `BitShift` by an amount outside [0, bits) (run-time amounts): undefined in
   LLVM, garbage on AVX2; ours gives ONNX's 0 or sign fill.
 - `Max`, `Min`, `Sum`, `Mean` of tensors: TVM broadcasts, stacks and reduces
@@ -147,11 +155,13 @@ def _guard(bb: relax.BlockBuilder, indices: relax.Expr, extents: list, node: tup
     return bb.normalize(relax.op.reshape(checked, target))
 
 
-def _needs_guard(indices: relax.Expr) -> bool:
-    """Indices known only at run time (ONNX types them int32/int64: no unsigned index reaches a guard)."""
-    return not isinstance(
-        indices, tvm.ir.GenericConst | relax.ShapeExpr
-    ) and not indices.ty.dtype.dtype.startswith("uint")
+def _needs_guard(indices: relax.Expr, extents: list) -> bool:
+    """Indices known only at run time, or constants into a dim whose size only the run decides (index 0 of
+    a sequence fed empty). ONNX types indices int32/int64: no unsigned index reaches a guard."""
+    if isinstance(indices, relax.ShapeExpr) or indices.ty.dtype.dtype.startswith("uint"):
+        return False
+    constant = isinstance(indices, tvm.ir.GenericConst)
+    return not constant or not all(isinstance(e, tirx.IntImm) for e in extents)
 
 
 def _node(op: str, attr: dict) -> tuple[str, str]:
@@ -167,6 +177,104 @@ def _describe(op: str, attr: dict) -> str:
     return "{} node {!r}".format(*_node(op, attr))
 
 
+# -- broadcasts against a clamped size ------------------------------------------------------
+#
+# An ONNX Slice of a table by a run-time length (transformers' position ids,
+# `position_ids[:, :seq]`) has the size `min(seq, 64)`: the end is clamped to the
+# table, as ONNX says. Added to a `[batch, seq, 64]` tensor, Relax cannot tell
+# whether `min(seq, 64)` broadcasts against `seq` or equals it, so the `add` keeps
+# an unknown shape: every shape computation after it is a run-time `shape_of`, and
+# the build fails ("CodeGenVM cannot emit this Relax operator directly").
+#
+# The two sizes are equal wherever the model is valid: for `seq <= c` they are the
+# same, and for `seq > c` neither is 1 (c > 1), so the broadcast is invalid and
+# onnxruntime refuses it. The clamped operand therefore goes through a size check,
+# a copy kernel of its own from the clamped shape to the unclamped one that
+# asserts the two are equal: a too-long input raises a typed error, as onnxruntime
+# does, instead of reading past the table. (A Relax `match_cast` says the same, but
+# TVM 0.27 recurses without end on it in FuseTIR and other passes: a segfault.)
+
+_ANALYZER = sym.Analyzer()
+
+
+def _clamp_of(dim: tirx.PrimExpr, other: tirx.PrimExpr) -> bool:
+    """Whether `dim` is `min(other, c)` (either order) with a constant c > 1."""
+    if not isinstance(dim, tirx.Min):
+        return False
+    for size, bound in ((dim.a, dim.b), (dim.b, dim.a)):
+        if isinstance(bound, tirx.IntImm) and int(bound) > 1 and _ANALYZER.can_prove_equal(size, other):
+            return True
+    return False
+
+
+#: what a failed size check says (the session reports it as the kernel's error)
+SIZE_CHECK_MESSAGE = (
+    "nxrt-size-check: a size clamped to a table's length (a Slice by a run-time length) is broadcast "
+    "against the unclamped size, which is longer than the table: the input is too long for this model"
+)
+
+
+def _size_check(rank: int, dtype: str) -> tirx.PrimFunc:
+    """A copy of an [a0..] tensor to [b0..] that asserts a_i == b_i (opaque to fusion, scheduled as is)."""
+    ins = [f"a{k}" for k in range(rank)]
+    outs = [f"b{k}" for k in range(rank)]
+    loops = [f"i{k}" for k in range(rank)]
+    axes = [f"v{k}" for k in range(rank)]
+    same = " and ".join(f"{a} == {b}" for a, b in zip(ins, outs)) or "True"
+    source = "\n".join(
+        [
+            "@T.prim_func(private=True, s_tir=True)",
+            "def size_check(a: T.handle, b: T.handle):",
+            '    T.func_attr({"tirx.noalias": True, "op_pattern": 8, "tirx.is_scheduled": True,'
+            ' "nxrt.schedule_rule": "SizeCheck"})',
+            *(f"    {d} = T.int64()" for d in ins + outs),
+            f"    A = T.match_buffer(a, ({', '.join(ins)},), {dtype!r})",
+            f"    B = T.match_buffer(b, ({', '.join(outs)},), {dtype!r})",
+            f"    assert {same}, {SIZE_CHECK_MESSAGE!r}",
+            f"    for {', '.join(loops)} in T.grid({', '.join(outs)}):",
+            '        with T.sblock("size_check"):',
+            f"            {', '.join(axes)} = T.axis.remap({'S' * rank!r}, [{', '.join(loops)}])",
+            f"            B[{', '.join(axes)}] = A[{', '.join(axes)}]",
+        ]
+    )
+    return tvm.script.from_source(source)
+
+
+def _resolve_clamped(bb: relax.BlockBuilder, inputs: list) -> list:
+    """`inputs` with every operand whose dim is `min(n, c)` where another's is `n` checked and cast to `n`."""
+    shapes = [
+        _dims(x) if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType) else None for x in inputs
+    ]
+    ranked = [s for s in shapes if s is not None]
+    out = list(inputs)
+    for i, shape in enumerate(shapes):
+        if shape is None:
+            continue
+        resolved = list(shape)
+        for axis in range(1, len(shape) + 1):
+            for other in ranked:
+                if axis <= len(other) and _clamp_of(shape[-axis], other[-axis]):
+                    resolved[-axis] = other[-axis]
+        if any(not r.same_as(d) for r, d in zip(resolved, shape)):
+            dtype = str(inputs[i].ty.dtype.dtype)
+            check = bb.add_func(_size_check(len(shape), dtype), "nxrt_size_check")
+            out[i] = bb.normalize(relax.call_tir(check, (inputs[i],), relax.TensorType(resolved, dtype)))
+    return out
+
+
+def _broadcast_resolved(base: type) -> type:
+    """`base`'s converter with operands of clamped sizes resolved first (`_resolve_clamped`)."""
+
+    def convert(impl):
+        @classmethod
+        def _impl(cls, bb, inputs, attr, params):
+            return impl.__func__(cls, bb, _resolve_clamped(bb, list(inputs)), attr, params)
+
+        return _impl
+
+    return _override(base, convert)
+
+
 def _guarded_along_axis(base: type, op: str) -> type:
     """`base`'s converter with input 1 (indices into data's `axis`) guarded when it is not a constant."""
 
@@ -177,10 +285,10 @@ def _guarded_along_axis(base: type, op: str) -> type:
             dims = (
                 [tirx.IntImm("int64", len(data.values))] if isinstance(data, relax.ShapeExpr) else _dims(data)
             )
-            if _needs_guard(indices):
+            axis = int(attr.get("axis", 0)) % len(dims) if dims else None
+            if _needs_guard(indices, [dims[axis]] if dims else [None]):
                 if not dims:
                     raise ValueError(f"{_describe(op, attr)}: the index guard needs the rank of the data")
-                axis = int(attr.get("axis", 0)) % len(dims)
                 inputs = list(inputs)
                 inputs[1] = _guard(bb, indices, [dims[axis]], _node(op, attr))
             return impl.__func__(cls, bb, inputs, attr, params)
@@ -198,14 +306,15 @@ def _guarded_nd(base: type, op: str) -> type:
         def _impl(cls, bb, inputs, attr, params):
             data, indices = inputs[0], inputs[1]
             dims, index_dims = _dims(data), _dims(indices)
-            if _needs_guard(indices):
-                if not dims or not index_dims or not isinstance(index_dims[-1], tirx.IntImm):
+            bounded = dims and index_dims and isinstance(index_dims[-1], tirx.IntImm)
+            start = int(attr.get("batch_dims", 0))
+            extents = dims[start : start + int(index_dims[-1])] if bounded else [None]
+            if _needs_guard(indices, extents):
+                if not bounded:
                     raise ValueError(
                         f"{_describe(op, attr)}: the index guard needs the "
                         "data's rank and a static last dim of the indices"
                     )
-                start = int(attr.get("batch_dims", 0))
-                extents = dims[start : start + int(index_dims[-1])]
                 inputs = list(inputs)
                 inputs[1] = _guard(bb, indices, extents, _node(op, attr))
             return impl.__func__(cls, bb, inputs, attr, params)
@@ -230,6 +339,37 @@ class _Slice(onnx_frontend.Slice):
         if isinstance(out, relax.Call) and out.op.name == "relax.strided_slice" and out.attrs.assume_inbound:
             out = relax.op.strided_slice(*out.args, assume_inbound=False)
         return out
+
+
+class _Range(onnx_frontend.Range):
+    """TVM's Range, with the length of an integer range over a size (`Range(0, seq, 1)`, transformers'
+    position ids) as an expression of that size. TVM's own converter reads the length back from a tensor
+    into a fresh `range_len` var, which nothing relates to `seq`: a later `[batch, seq] + [range_len]`
+    then fails to build ("range_len ... has not been computed")."""
+
+    @classmethod
+    def _impl_v12(cls, bb, inputs, attr, params):
+        start, limit, delta = (_scalar(onnx_frontend.get_constant(x, params)) for x in inputs)
+        if isinstance(start, int) and isinstance(delta, int) and delta > 0 and tvm.ir.is_prim_expr(limit):
+            dtype = str(inputs[0].value.numpy().dtype)
+            length = sym.Analyzer().simplify(
+                tirx.max(tirx.floordiv(tirx.Cast("int64", limit) - start + delta - 1, delta), 0)
+            )
+            positions = bb.normalize(relax.op.arange(0, length, 1, "int64"))
+            if delta != 1:
+                positions = bb.normalize(relax.op.multiply(positions, relax.const(delta, "int64")))
+            if start != 0:
+                positions = bb.normalize(relax.op.add(positions, relax.const(start, "int64")))
+            return positions if dtype == "int64" else relax.op.astype(positions, dtype)
+        return onnx_frontend.Range._impl_v12.__func__(cls, bb, inputs, attr, params)
+
+
+def _scalar(x):
+    """A constant one-element input as a Python int (others as they are)."""
+    if isinstance(x, tvm.ir.GenericConst) and x.value.numpy().size == 1:
+        value = x.value.numpy().reshape(-1)[0]
+        return int(value) if np.issubdtype(value.dtype, np.integer) else x
+    return x
 
 
 class _BitShift(onnx_frontend.BitShift):
@@ -387,6 +527,7 @@ def _pool_like_onnxruntime(base: type) -> type:
 
 _OVERRIDES: dict[str, type] = {
     "Slice": _Slice,
+    "Range": _Range,
     "Resize": _Resize,
     "Clip": _Clip,
     "BitShift": _BitShift,
@@ -397,6 +538,7 @@ _OVERRIDES: dict[str, type] = {
     },
     **{op: _guarded_nd(getattr(onnx_frontend, op), op) for op in ("GatherND", "ScatterND")},
     **{op: _pairwise(getattr(onnx_frontend, op)) for op in ("Max", "Min", "Sum", "Mean")},
+    **{op: _broadcast_resolved(getattr(onnx_frontend, op)) for op in ("Add", "Sub", "Mul", "Div", "Where")},
 }
 
 

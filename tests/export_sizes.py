@@ -2,7 +2,8 @@
 
 Prints one JSON line per size: {"size": [batch, seq], "want": "ok" | error text, "got": "ok" |
 "<EpError subclass>: text", "rel": worst error relative to the output's scale, "off": the share of
-output elements off by more than 1e-3 of their output's scale}. A crash kills
+output elements off by more than 1e-3 of their output's scale, "elements": nxrt-tvm's element count per
+output, or null}. A crash kills
 this process, not the test run: the parent checks the exit status.
 
 Usage: python tests/export_sizes.py NAME SIZES_JSON [SEED [CACHE_DIR]]
@@ -74,7 +75,16 @@ def main(argv: list[str]) -> int:
             got, got_says = None, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
         rel, off = errors(got, want) if got is not None and want is not None else (None, None)
         print(
-            json.dumps({"size": [batch, seq], "want": want_says, "got": got_says, "rel": rel, "off": off}),
+            json.dumps(
+                {
+                    "size": [batch, seq],
+                    "want": want_says,
+                    "got": got_says,
+                    "rel": rel,
+                    "off": off,
+                    "elements": None if got is None else [int(g.size) for g in got],
+                }
+            ),
             flush=True,
         )
     return 0

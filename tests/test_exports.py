@@ -10,7 +10,10 @@ crashes the process fails its test instead of killing the run. Per size:
   at most 1% of the outputs may be off by more than 1e-3, none by more than 5e-2 (measured:
   2 rows of 512 at 1.1e-2, every other size 2e-7);
 - onnxruntime refuses the size (a sequence past BERT's 64 positions): nxrt-tvm raises a typed
-  `EpError` too, never returns numbers and never dies by a signal.
+  `EpError` too, never returns numbers and never dies by a signal. One exception: an empty batch or
+  sequence, which onnxruntime refuses only because its Reshape cannot infer a -1 dim from zero
+  elements, while nxrt-tvm knows that dim from the model (64 / 16 heads) and returns the empty outputs
+  (every output zero elements; BERT's pooler, which reads token 0, still raises IndexOutOfBounds).
 
 The sizes cover batch 1 and 2 (and 0), sequence 1, 8, 64 and 512 where the model allows, zero-size
 dims, too-long and far-too-long sequences. `tiny_t5_int8` is a T5 encoder with relative position
@@ -78,8 +81,8 @@ def check(name: str, rows: list[dict], sizes) -> None:
             assert r["got"] == "ok" and r["rel"] <= worst and r["off"] <= share, (
                 f"{name} at {r['size']}:\n{table}"
             )
-        else:
-            assert r["got"] != "ok", (
+        elif r["got"] == "ok":  # only an empty input's empty result, where onnxruntime's Reshape balks
+            assert 0 in r["size"] and "Reshape" in r["want"] and not any(r["elements"]), (
                 f"{name} at {r['size']}: onnxruntime refuses it, nxrt-tvm returned numbers\n{table}"
             )
 

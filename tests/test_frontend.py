@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
-from parity import ort_run
+from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
 from nxrt_tvm.api.device import DeviceId, DeviceType
@@ -230,6 +230,8 @@ def test_the_convert_map_is_tvms_with_our_overrides():
     assert set(ours) == set(onnx_frontend._get_convert_map())
     assert {op for op, conv in ours.items() if conv is not onnx_frontend._get_convert_map()[op]} == {
         "Slice",
+        "Range",
+        *("Add", "Sub", "Mul", "Div", "Where"),
         "BitShift",
         "Gather",
         "GatherElements",
@@ -295,3 +297,100 @@ def test_pools_of_inputs_shorter_than_the_window_are_sized_as_onnxruntime_sizes_
         got = sess.run(None, {"x": x})[0]
         assert got.shape == want.shape, size
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=str(size))
+
+
+# -- sizes derived from shapes, broadcast against the size they came from -------------------------
+# TVM's Range gives its length as a fresh var, and `min(seq, 8)` (a slice clamped to a table) is not
+# provably `seq`: with TVM's converters both Adds below fail to build ("range_len ... has not been
+# computed", "prim.if_then_else FInferType") and were declined.
+
+ALL_TVM = [(TVM, {"claim_policy": "all"}), "CPUExecutionProvider"]
+
+
+def _int64(name: str, value) -> onnx.TensorProto:
+    return nh.from_array(np.asarray(value, dtype=np.int64), name)
+
+
+def _float_feeds(batch: int, seq: int) -> dict:
+    return {"x": np.random.default_rng(batch * 31 + seq).standard_normal((batch, seq)).astype(np.float32)}
+
+
+def _range_plus(width: int | None = None) -> onnx.ModelProto:
+    """y = x + Range(0, seq, 1) (transformers' position ids), or x + table[:seq] with a table of `width`."""
+    nodes = [
+        h.make_node("Shape", ["x"], ["shape"], name="shape"),
+        h.make_node("Gather", ["shape", "i1"], ["s"], name="g1"),
+    ]
+    if width is None:
+        nodes += [
+            h.make_node("Range", ["zero_s", "s", "one_s"], ["pos"], name="range"),
+            h.make_node("Cast", ["pos"], ["f"], to=T.FLOAT, name="cast"),
+        ]
+    else:
+        nodes += [
+            h.make_node("Unsqueeze", ["s", "ax0"], ["s1"], name="u1"),
+            h.make_node("Slice", ["table", "zero", "s1", "ax0"], ["f"], name="slice"),
+        ]
+    nodes.append(h.make_node("Add", ["x", "f"], ["y"], name="add"))
+    table = np.arange(width or 1, dtype=np.float32) * 0.5
+    graph = h.make_graph(
+        nodes,
+        "range_plus",
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", "seq"])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["batch", "seq"])],
+        [
+            _int64("i1", 1),
+            _int64("zero_s", 0),
+            _int64("one_s", 1),
+            _int64("ax0", [0]),
+            _int64("zero", [0]),
+            nh.from_array(table, "table"),
+        ],
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("width", [None, 8], ids=["range", "clamped-slice"])
+def test_a_size_derived_operand_broadcasts_against_the_size_it_came_from(width):
+    """Range(0, seq) has length seq, and table[:seq] (min(seq, 8)) equals seq wherever the Add is valid:
+    both build on TVM with the Add, and match onnxruntime at every size the model accepts."""
+    model = _range_plus(width)
+    sess = nx.InferenceSession(model, providers=ALL_TVM)
+    assert not sess.plan.declines and len(sess.plan.partitions) == 1, sess.plan.format(sess.graph)
+    for batch, seq in [(1, 1), (2, 3), (1, 8)]:
+        feeds = _float_feeds(batch, seq)
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds), atol=0)
+
+
+def test_a_sequence_longer_than_the_table_raises_as_onnxruntime_does():
+    """seq 9 against an 8-wide table: onnxruntime refuses the broadcast; the size check raises a typed
+    error instead of reading past the table."""
+    model = _range_plus(8)
+    with pytest.raises(Exception, match="broadcast|shape|Incompatible"):
+        ort_run(model, _float_feeds(1, 9))
+    sess = nx.InferenceSession(model, providers=ALL_TVM)
+    with pytest.raises(nx.KernelFailed, match="nxrt-size-check|too long"):
+        sess.run(None, _float_feeds(1, 9))
+
+
+@pytest.mark.parametrize("seq", [0, 3])
+def test_a_constant_index_into_a_symbolic_dim_is_guarded(seq):
+    """BERT's pooler reads token 0 of the sequence (Gather axis 1, constant index 0): in range for every
+    sequence but an empty one, where TVM's take would read past the data. onnxruntime refuses it."""
+    nodes = [h.make_node("Gather", ["x", "i0"], ["y"], axis=1, name="pooler")]
+    model = _model(
+        nodes,
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", "seq"])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["batch"])],
+        [_int64("i0", 0)],
+    )
+    sess = nx.InferenceSession(model)
+    assert sess.plan.nodes_by_ep() == {TVM: 1}, sess.plan.format(sess.graph)
+    feeds = _float_feeds(2, seq)
+    if seq:
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ort_run(model, feeds)[0])
+        return
+    with pytest.raises(Exception, match="out of bounds|indices"):
+        ort_run(model, feeds)
+    with pytest.raises(nx.IndexOutOfBounds, match="'pooler'.*seq"):
+        sess.run(None, feeds)

@@ -21,7 +21,9 @@ from onnx import helper, numpy_helper
 from ..api.errors import InvalidModel
 from ..api.registry import normalize_domain
 from .functions import inline_function_ops
-from .order import kahn_order
+from .inference import infer
+from .order import implicit_inputs, kahn_order
+from .shape_fold import fold_shape_computations
 
 __all__ = [
     "ValueInfo",
@@ -93,34 +95,6 @@ class ValueInfo:
             else:  # no size, or one exporters write for "any" (Paddle's -1, tf2onnx's "?"): unknown
                 dims.append(None)
         return cls(vi.name, elem, tuple(dims))
-
-
-def _subgraph_free_names(graph: onnx.GraphProto) -> set[str]:
-    """Names a control-flow body reads from the enclosing scope (its implicit inputs)."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    used: set[str] = set()
-    for node in graph.node:
-        used.update(n for n in node.input if n)
-        used |= implicit_inputs(node)
-        defined.update(node.output)
-    return used - defined
-
-
-def implicit_inputs(node: onnx.NodeProto) -> set[str]:
-    """Values a node's control-flow bodies read from the enclosing scope."""
-    free: set[str] = set()
-    for attr in node.attribute:
-        for sub in _attr_graphs(attr):
-            free |= _subgraph_free_names(sub)
-    return free
-
-
-def _attr_graphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
-    if attr.type == onnx.AttributeProto.GRAPH:
-        return [attr.g]
-    if attr.type == onnx.AttributeProto.GRAPHS:
-        return list(attr.graphs)
-    return []
 
 
 def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
@@ -347,40 +321,23 @@ def analyse(model: onnx.ModelProto, *, check: bool = True, inline: Collection[st
         except (onnx.checker.ValidationError, ValueError) as exc:
             raise InvalidModel(f"model fails onnx.checker: {exc}") from exc
     _normalise(model, inline)
-    light = _light_copy(model)
+    if _infer_into(model) and fold_shape_computations(model):
+        _infer_into(model)  # the folded shapes name their dims now
+    return GraphView(model)
+
+
+def _infer_into(model: onnx.ModelProto) -> bool:
+    """Replace `model`'s value_info by ONNX shape inference's; False where inference failed."""
     try:
-        inferred = _infer(light)
-        del model.graph.value_info[:]
-        model.graph.value_info.extend(inferred.graph.value_info)
+        inferred = infer(_light_copy(model))
     except InvalidModel:
         raise
     except Exception as exc:  # inference errors are diagnostics, not fatal: ORT may still run it
         logging.getLogger(__name__).warning("ONNX shape inference failed (%s); types stay as declared", exc)
-    return GraphView(model)
-
-
-#: onnx's message when a declared element type contradicts
-#: the one a node produces (ORT refuses such models too)
-_TYPE_CONFLICT = "Inferred elem type differs from existing elem type"
-
-
-def _infer(light: onnx.ModelProto) -> onnx.ModelProto:
-    """Shape inference, strict first: an element type that contradicts its producer is an `InvalidModel`.
-
-    A declared type wins over inference when the model is kept as declared, so a float Add
-    declared int64 would come back as int64 values; onnxruntime refuses the model instead.
-    Other strict-mode findings (shape disagreements, ops inference does not know) are left to
-    the lenient pass, as in onnxruntime.
-    """
-    try:
-        return onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
-    except onnx.shape_inference.InferenceError as exc:
-        if _TYPE_CONFLICT in str(exc):
-            raise InvalidModel(
-                f"a declared type contradicts the node that produces it: {str(exc).strip()}; "
-                "fix the value's declared type (graph output or value_info) to the produced one"
-            ) from None
-    return onnx.shape_inference.infer_shapes(light, data_prop=True)
+        return False
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(inferred.graph.value_info)
+    return True
 
 
 def load_model(

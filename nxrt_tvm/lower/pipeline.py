@@ -173,9 +173,65 @@ def _split_layout_rewrites() -> tvm.transform.Pass:
         mod = mod.clone()
         for gv, func in updates.items():
             mod[gv] = func
-        return relax.transform.SplitLayoutRewritePreproc()(mod)
+        try:
+            return relax.transform.SplitLayoutRewritePreproc()(mod)
+        except tvm.error.InternalError:
+            return _unsplittable_kept_inside(mod)
 
     return split
+
+
+def _unsplittable_kept_inside(mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod` with every layout-rewrite mark dropped, for a module TVM's `SplitLayoutRewritePreproc`
+    fails on: the weight packing stays inside each kernel (run at every call, right all the same).
+
+    Seen on a transformers BERT export's matmuls, in a partition that also computes the attention
+    mask ("There should be at least a block in the subtree"); the same kernels in a module of their
+    own split, so the failure is the module's, not one kernel's.
+    """
+    mod = mod.clone()
+    for gv, func in list(mod.functions_items()):
+        if (
+            not isinstance(func, tvm.tirx.PrimFunc)
+            or func.attrs is None
+            or "layout_free_buffers" not in func.attrs
+        ):
+            continue
+        if isinstance(func.body, s_tir.SBlockRealize):
+            sch = s_tir.Schedule(func)
+            pending = [sch.get_sblock(func.body.block.name_hint)]
+            while pending:
+                block = pending.pop()
+                if LAYOUT_REWRITE in sch.get(block).annotations:
+                    sch.unannotate(block, LAYOUT_REWRITE)
+                pending.extend(sch.get_child_blocks(block))
+            func = sch.mod["main"]
+        mod[gv] = func.without_attr("layout_free_buffers")
+    return mod
+
+
+def _empty_constants_allocated() -> tvm.transform.Pass:
+    """Each constant with no elements becomes an allocation of its shape: TVM writes such a constant
+    into the executable but cannot read it back ("Invalid DLTensor file format" when the module
+    loads), and a zero-size pad (`ConstantOfShape` of a [2, 4, 0] shape) is an ordinary export."""
+
+    @relax.expr_functor.mutator
+    class _Allocate(relax.PyExprMutator):
+        def visit_generic_const_(self, op: tvm.ir.GenericConst) -> relax.Expr:
+            value = op.value
+            if not isinstance(value, tvm.runtime.Tensor) or 0 not in value.shape:
+                return op
+            return relax.op.builtin.alloc_tensor(relax.ShapeExpr(list(value.shape)), value.dtype, 0)
+
+    @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.EmptyConstantsAllocated")
+    def allocate(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        mutator = _Allocate(mod)
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                mutator.builder_.update_func(gv, mutator.visit_expr(func))
+        return mutator.builder_.get()
+
+    return allocate
 
 
 def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) -> list[tvm.transform.Pass]:
@@ -266,6 +322,7 @@ def lowering_passes(
         *schedule,
         *fold_layouts,
         _record(notes),  # after the layout rewrites, which rename the kernels they split (`..._prepacked`)
+        _empty_constants_allocated(),  # after the last FoldConstant
         *backend.dataflow_lower_passes(target),
         *backend.finalize_passes(target),
     ]

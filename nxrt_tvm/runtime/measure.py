@@ -32,6 +32,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail as OrtFail
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument as OrtInvalidArgument
+from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
 from onnxruntime.capi.onnxruntime_pybind11_state import RuntimeException as OrtRuntimeException
 
 from ..api.device import DeviceId, DeviceType
@@ -132,8 +133,8 @@ def ort_run_floor_us() -> float:
 def measure_partition(
     graph: GraphView, nodes: Sequence[int], name: str, module: object, budget_s: float
 ) -> PartitionTiming | None:
-    """The partition timed on random inputs; None where it cannot be (an unknown rank or type, or inputs
-    at representative sizes onnxruntime refuses)."""
+    """The partition timed on random inputs; None where it cannot be (an unknown rank or type, or a
+    partition onnxruntime cannot run alone at representative sizes)."""
     inputs, outputs = graph.boundary(nodes)
     made = _inputs(graph, inputs)
     if made is None:
@@ -156,11 +157,13 @@ def measure_partition(
 
 
 def _ort_seconds(model: onnx.ModelProto, feeds: dict, budget_s: float) -> float | None:
-    """onnxruntime's median time on `model`, None where it refuses the feeds; its session (and its
-    spinning threads) is gone when this returns."""
-    session = _session(model)
+    """onnxruntime's median time on `model`, None where it cannot run it alone: it refuses the feeds,
+    has no kernel for a type (int16 Max, QuantizeLinear-28), or its numpy bridge has no such type
+    (bfloat16 feeds and outputs: RuntimeError); its session (and its spinning threads) is gone when
+    this returns."""
     try:
+        session = _session(model)
         session.run(None, feeds)
-    except (OrtFail, OrtInvalidArgument, OrtRuntimeException):
+    except (OrtFail, OrtInvalidArgument, OrtNotImplemented, OrtRuntimeException, RuntimeError):
         return None
     return median_seconds(lambda: session.run(None, feeds), 100, warmup=2, budget_s=budget_s)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import multiprocessing as mp
 
 import model_zoo
+import numpy as np
 import onnx
+from onnx import helper as h
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
@@ -117,17 +119,49 @@ def _declines(sess) -> list[tuple[str, str]]:
     return sorted((d.node, d.detail) for d in sess.plan.declines)
 
 
-def test_a_warm_cache_neither_rebuilds_nor_bisects(exports_cache, data_dir):
-    """tiny_bert's claims take 58 builds cold, 8 of them failing proofs bisected to their culprit. A failure
-    is cached under its partition's key like a success, so a warm session builds nothing and declines the
-    same nodes for the same reasons."""
-    path = str(data_dir / "tiny_bert.onnx")
-    first = _session(path, exports_cache)
-    second = _session(path, exports_cache)
+def _refuse_tanh():
+    """A user pass that fails (as a TVM error would) on any module holding a tanh: one build of the chain
+    below fails and is bisected to its culprit, whatever the state of our own rules."""
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="refuse_tanh")
+    def refuse(mod, _ctx):
+        if "tanh" in mod.script():
+            raise tvm.error.InternalError("refuse_tanh: this pass does not take tanh")
+        return mod
+
+    return refuse
+
+
+def _chain() -> onnx.ModelProto:
+    graph = h.make_graph(
+        [
+            h.make_node("Relu", ["x"], ["a"]),
+            h.make_node("Tanh", ["a"], ["b"]),
+            h.make_node("Sigmoid", ["b"], ["y"]),
+        ],
+        "chain",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 8])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 8])],
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_a_warm_cache_neither_rebuilds_nor_bisects(tmp_path):
+    """A failed proof build is cached under its partition's key like a success, so a warm session builds
+    nothing, bisects nothing and declines the same node for the same reason."""
+    options = {"cache_dir": str(tmp_path), "passes": [_refuse_tanh()]}
+    first = nx.InferenceSession(_chain(), provider_options=[options, {}])
+    assert _stats(first)["builds"] >= 2 and _stats(first)["bisections"] >= 1, _stats(first)
+    assert [d.node for d in first.plan.declines] == [first.graph.nodes[1].name], first.plan.declines
+    assert "refuse_tanh" in first.plan.declines[0].detail
+    second = nx.InferenceSession(_chain(), provider_options=[options, {}])
     assert _stats(second)["builds"] == 0 and _stats(second)["bisections"] == 0, _stats(second)
     assert _stats(second)["failures_remembered"] >= 1, _stats(second)
     assert _declines(second) == _declines(first)
     assert [p.nodes for p in second.plan.partitions] == [p.nodes for p in first.plan.partitions]
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    assert_parity(second.run(None, {"x": x}), ort_run(_chain(), {"x": x}))
 
 
 def test_an_interrupted_build_is_not_remembered_as_a_failure(tmp_path):

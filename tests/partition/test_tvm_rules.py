@@ -386,10 +386,11 @@ def test_conv_transpose_output_shape_must_match_pads():
 
 
 def test_shape_output_into_arithmetic_is_declined():
+    """A symbolic dim: a static one folds the Shape and the Div to a constant before any claim."""
     nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Div", ["s", "two"], ["y"])]
     m = model(
         nodes,
-        [vi("x", T.FLOAT, [3, 4])],
+        [vi("x", T.FLOAT, ["n", 4])],
         [vi("y", T.INT64, [2])],
         [nh.from_array(np.array(2, np.int64), "two")],
     )
@@ -472,13 +473,26 @@ def test_constant_gathernd_indices_checked_per_component():
     declined(m, Rejected.INPUT, "are not all within [-3, 3)")
 
 
-def test_constant_index_on_a_symbolic_dim_only_first_or_last():
-    for values, ok in (([0], True), ([-1], True), ([1], False)):
+def test_a_constant_index_on_a_symbolic_dim_is_left_to_the_index_guard():
+    """Gather checks constant indices into a dim the run decides when it runs (`frontend._needs_guard`)."""
+    for values in ([0], [-1], [1]):
         m = model(
             [h.make_node("Gather", ["x", "i"], ["y"], axis=0)],
             [vi("x", T.FLOAT, ["N", 4])],
             [vo("y", T.FLOAT, 2)],
             [nh.from_array(np.array(values, np.int64), "i")],
+        )
+        check(m)
+
+
+def test_unguarded_constant_indices_on_a_symbolic_dim_only_first():
+    """RoiAlign's batch_indices have no run-time guard: into a symbolic batch only 0 is safe."""
+    for values, ok in (([0, 0], True), ([0, 1], False)):
+        m = model(
+            [h.make_node("RoiAlign", ["x", "rois", "b"], ["y"])],
+            [vi("x", T.FLOAT, ["N", 2, 8, 8]), vi("rois", T.FLOAT, [2, 4])],
+            [vo("y", T.FLOAT, 4)],
+            [nh.from_array(np.array(values, np.int64), "b")],
         )
         if ok:
             check(m)

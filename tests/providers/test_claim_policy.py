@@ -104,6 +104,29 @@ def test_inputs_onnxruntime_refuses_leave_the_partition_unmeasured_and_kept(defa
     assert_parity(sess.run(None, {"x": x}), ort_run(model, {"x": x}))
 
 
+@pytest.mark.parametrize(
+    "op, elem",
+    [("Max", TensorProto.INT16), ("Cast", TensorProto.BFLOAT16)],
+    ids=["no-onnxruntime-kernel", "bfloat16-output"],
+)
+def test_a_partition_onnxruntime_cannot_run_alone_is_unmeasured_and_kept(default_policy, op, elem):
+    # onnxruntime has no int16 Max; its numpy bridge has no bfloat16: each used to end the session's creation
+    cast = {"to": elem} if op == "Cast" else {}
+    inputs = ["x"] if op == "Cast" else ["x", "x"]
+    x_elem = TensorProto.FLOAT if op == "Cast" else elem
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], **cast)],
+        "g",
+        [helper.make_tensor_value_info("x", x_elem, [4, 8])],
+        [helper.make_tensor_value_info("y", elem, [4, 8])],
+    )
+    sess = nx.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    (part,) = sess.plan.partitions
+    assert str(part.ep) == TVM, sess.plan.declines
+    assert part.cost.latency_us is None
+    assert part.cost.source == "unmeasured (onnxruntime cannot run it alone on representative inputs); kept"
+
+
 def test_a_timing_is_remembered_with_the_compile_result(default_policy, tmp_path):
     options = [{"cache_dir": str(tmp_path)}, {}]
     first = nx.InferenceSession(model_zoo.cnn(), provider_options=options)

@@ -90,10 +90,12 @@ def _equal(ctx: NodeContext) -> None:
 # Without: Where choosing between two shape-derived tensors is folded by the frontend at
 # import, and with a condition computed at run time it picks the wrong branch (found on a
 # transformers BERT export: the mask's Expand shape became [3, -1, 12, 12] instead of [3, 1, 12, 12]).
+# Two constant branches stay tensors (a mask's 0 and -inf): relax.op.where, right.
 @rule("Where")
 def _where(ctx: NodeContext) -> None:
+    computed = [i for i in (1, 2) if not ctx.is_const(i) and is_shape_derived(ctx, i)]
     require(
-        ctx.is_const(0) or not (is_shape_derived(ctx, 1) and is_shape_derived(ctx, 2)),
+        ctx.is_const(0) or not (computed and all(is_shape_derived(ctx, i) for i in (1, 2))),
         Rejected.INPUT,
         f"condition {ctx.node.input[0]!r} is computed at run time and both branches are shape values, "
         "which the frontend folds at import (selecting the wrong branch)",

@@ -34,7 +34,7 @@ def judge_cost(
 ) -> tuple[Cost, DeclineSignal | None]:
     """The partition's cost for the plan, and a decline where `policy` leaves it to the fallback."""
     if timing is None:
-        return Cost(None, "unmeasured (no representative inputs onnxruntime accepts); kept"), None
+        return Cost(None, "unmeasured (onnxruntime cannot run it alone on representative inputs); kept"), None
     cost = Cost(timing.tvm_us, _source(timing, remembered))
     if policy == "auto":
         # Where it is the whole model, onnxruntime alone is what the user would otherwise run; where it

@@ -1,0 +1,92 @@
+"""Shape inference: ONNX's (types checked strictly), then onnxruntime's symbolic inference for the dims.
+
+ONNX's inference names every dim it cannot relate to the inputs anew (`unk__7`), so a
+transformers export's hidden state is `[unk__7, unk__8, 64]` where it is `[batch, seq, 64]`:
+partitions then meet broadcasts between unrelated symbols and shape computations they
+cannot prove. onnxruntime's `symbolic_shape_infer` (sympy) follows shape values through
+Shape/Gather/Concat/Reshape/Expand/Slice and merges dims that must be equal (`auto_merge`:
+a broadcast or an elementwise op between them), as its TensorRT EP does before
+partitioning. Where it cannot run (an op it does not know, sympy missing), ONNX's result
+stands.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import onnx
+
+from ..api.errors import InvalidModel
+
+__all__ = ["infer"]
+
+log = logging.getLogger(__name__)
+
+#: onnx's message when a declared element type contradicts
+#: the one a node produces (ORT refuses such models too)
+_TYPE_CONFLICT = "Inferred elem type differs from existing elem type"
+
+
+def infer(light: onnx.ModelProto) -> onnx.ModelProto:
+    """`light` with inferred value_info: ONNX's types, with the symbolic dims where those are known."""
+    inferred = _onnx_infer(light)
+    symbolic = _symbolic_value_info(inferred)
+    if symbolic:
+        for vi in inferred.graph.value_info:
+            better = symbolic.get(vi.name)
+            if better is not None and better.type.tensor_type.elem_type == vi.type.tensor_type.elem_type:
+                vi.type.tensor_type.shape.CopyFrom(better.type.tensor_type.shape)
+    return inferred
+
+
+def _onnx_infer(light: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape inference, strict first: an element type that contradicts its producer is an `InvalidModel`.
+
+    A declared type wins over inference when the model is kept as declared, so a float Add
+    declared int64 would come back as int64 values; onnxruntime refuses the model instead.
+    Other strict-mode findings (shape disagreements, ops inference does not know) are left to
+    the lenient pass, as in onnxruntime.
+    """
+    try:
+        return onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as exc:
+        if _TYPE_CONFLICT in str(exc):
+            raise InvalidModel(
+                f"a declared type contradicts the node that produces it: {str(exc).strip()}; "
+                "fix the value's declared type (graph output or value_info) to the produced one"
+            ) from None
+    return onnx.shape_inference.infer_shapes(light, data_prop=True)
+
+
+_NOT_A_NAME = re.compile(r"[^0-9A-Za-z_]")
+
+
+def _symbolic_value_info(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """Per value, its shape from onnxruntime's symbolic inference where every dim is known (no file
+    is written: onnxruntime's `infer_shapes` saves a partial result into the working directory)."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:  # sympy missing
+        return {}
+    try:
+        inference = SymbolicShapeInference(2**31 - 1, True, False, 0)
+        inference._preprocess(model)
+        while inference.run_:
+            inference._infer_impl()
+        out = inference.out_mp_
+    except Exception as exc:  # an op or a pattern it does not know: ONNX's dims stand
+        log.debug("symbolic shape inference stopped: %s", exc)
+        return {}
+    found: dict[str, onnx.ValueInfoProto] = {}
+    for vi in out.graph.value_info:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+            continue
+        dims = tt.shape.dim
+        if all(d.HasField("dim_value") or d.dim_param for d in dims):
+            for d in dims:  # sympy's expressions ("2*seq") as plain names: one size each, not related
+                if d.HasField("dim_param") and _NOT_A_NAME.search(d.dim_param):
+                    d.dim_param = "sym_" + _NOT_A_NAME.sub("_", d.dim_param)
+            found[vi.name] = vi
+    return found

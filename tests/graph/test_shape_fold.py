@@ -1,0 +1,109 @@
+"""Shape computations folded before claims, and exporters' dims named by symbolic inference (issue 18)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
+from nxrt_tvm.graph.model import load_model
+
+TVM = nx.EpId("TvmExecutionProvider")
+ALL = [("TvmExecutionProvider", {"claim_policy": "all"}), "CPUExecutionProvider"]
+
+
+def _const(name: str, value) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, dtype=np.int64), name)
+
+
+def _torch_expand() -> onnx.ModelProto:
+    """torch's `t.expand(batch, seq)` as exported: Where(Equal(shape, -1), ones, shape) -> Expand, where
+    the shape is Concat(Unsqueeze(Gather(Shape(x), i))) and `t` a [1, 1] buffer."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "i0"], ["b"], name="g0"),
+        helper.make_node("Gather", ["shape", "i1"], ["s"], name="g1"),
+        helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"], name="u0"),
+        helper.make_node("Unsqueeze", ["s", "ax0"], ["s1"], name="u1"),
+        helper.make_node("Concat", ["b1", "s1"], ["target"], axis=0, name="cat"),
+        helper.make_node("Shape", ["target"], ["len"], name="len"),
+        helper.make_node("ConstantOfShape", ["len"], ["ones"], name="ones", value=_const("one", [1])),
+        helper.make_node("Mul", ["ones", "minus1"], ["minus"], name="mul"),
+        helper.make_node("Equal", ["target", "minus"], ["is_minus"], name="eq"),
+        helper.make_node("Where", ["is_minus", "ones", "target"], ["shape2"], name="where"),
+        helper.make_node("Expand", ["table", "shape2"], ["expanded"], name="expand"),
+        helper.make_node("Cast", ["expanded"], ["f"], to=TensorProto.FLOAT, name="cast"),
+        helper.make_node("Add", ["x", "f"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "torch_expand",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])],
+        [
+            _const("i0", 0),
+            _const("i1", 1),
+            _const("ax0", [0]),
+            _const("minus1", -1),
+            _const("table", [[7]]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(batch: int, seq: int) -> dict:
+    return {"x": np.random.default_rng(batch * 31 + seq).standard_normal((batch, seq)).astype(np.float32)}
+
+
+def test_a_torch_expand_loses_its_equal_and_where_and_keeps_its_values():
+    """Dims are never negative, so Equal(shape, -1) is false and Where picks the shape: both fold, and
+    the shape is rebuilt from the Shape of the tensor that holds its dims."""
+    model = _torch_expand()
+    graph = load_model(model)
+    ops = [n.op_type for n in graph.nodes]
+    assert "Equal" not in ops and "Where" not in ops and "ConstantOfShape" not in ops, ops
+    assert "Expand" in ops
+    for batch, seq in [(1, 1), (2, 3), (3, 5)]:
+        assert_parity(ort_run(graph.model, _feeds(batch, seq)), ort_run(model, _feeds(batch, seq)))
+
+
+def test_the_folded_expand_is_one_tvm_partition_that_matches_onnxruntime():
+    model = _torch_expand()
+    sess = nx.InferenceSession(model, providers=ALL)
+    assert [str(p.ep) for p in sess.plan.partitions] == [str(TVM)], sess.plan.format(sess.graph)
+    for batch, seq in [(1, 1), (2, 4), (1, 5)]:
+        assert_parity(sess.run(None, _feeds(batch, seq)), ort_run(model, _feeds(batch, seq)), atol=0)
+
+
+def test_a_comparison_that_needs_the_run_time_size_is_not_folded():
+    """Equal(dim, 4) depends on the input: it stays, and so does the Where it drives."""
+    model = _torch_expand()
+    for tensor in model.graph.initializer:
+        if tensor.name == "minus1":
+            tensor.CopyFrom(_const("minus1", 4))
+    ops = [n.op_type for n in load_model(model).nodes]
+    assert "Equal" in ops and "Where" in ops, ops
+
+
+def test_symbolic_inference_names_a_transformers_exports_dims_after_its_inputs(data_dir):
+    """ONNX's inference calls tiny_bert's hidden state [unk__7, unk__8, 64]; onnxruntime's symbolic
+    inference follows the shape values and merges them with the inputs' batch and seq."""
+    graph = load_model(str(data_dir / "tiny_bert.onnx"))
+    hidden = graph.info("/m/embeddings/LayerNorm/LayerNormalization_output_0")
+    assert hidden.shape == ("batch", "seq", 64), hidden
+
+
+@pytest.mark.parametrize("name", ["tiny_bert", "tiny_t5_int8"])
+def test_a_dynamic_shape_export_is_one_tvm_partition(name, data_dir, exports_cache):
+    """Issue 18's goal: at most 2 partitions with dynamic batch and sequence (tiny_bert was 23, the
+    int8 T5 16 before shape folding, symbolic inference, Range and clamped broadcasts)."""
+    providers = [
+        ("TvmExecutionProvider", {"claim_policy": "all", "cache_dir": exports_cache}),
+        "CPUExecutionProvider",
+    ]
+    sess = nx.InferenceSession(str(data_dir / f"{name}.onnx"), providers=providers)
+    assert len(sess.plan.partitions) <= 2, sess.plan.format(sess.graph)
+    assert not sess.plan.declines, sess.plan.format(sess.graph)
