@@ -129,7 +129,9 @@ class CPUExecutionProvider(ExecutionProvider):
         return ClaimResult(make_claims(graph, self.ep_id, groups, "cpu"), tuple(declines))
 
     def compile(self, graph: GraphView, claim: SubgraphClaim) -> OrtKernel:
-        model = extract_model(graph, claim.nodes, claim.inputs, claim.outputs, claim.name)
+        model = extract_model(
+            graph, claim.nodes, claim.inputs, claim.outputs, claim.name, internal_shapes=False
+        )
         options = ort_session_options(self.intra_op_num_threads, self.spinning)
         try:
             return OrtKernel(model, options, self.device)

@@ -6,6 +6,8 @@ with exp/erf/tanh (fast-math polynomials) within rtol=atol=1e-3.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -526,3 +528,66 @@ def test_a_chain_of_approximated_ops_is_not_inlined_into_itself(op):
     )
     got = nx.InferenceSession(model, provider_options=[{"compile_isolation": "none"}, {}]).run(None, {"x": x})
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def _symbolic_matmuls():
+    dense = _model(  # symbolic rows, a constant weight, a bias
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["out"])],
+        [("x", [1, "s", 128])],
+        ["out"],
+        [("w", [128, 96]), ("b", [96])],
+    )
+    scores = _model(  # attention scores: symbolic rows and columns, a scale and a mask, no constant
+        [
+            helper.make_node("MatMul", ["q", "k"], ["m"]),
+            helper.make_node("Mul", ["m", "c"], ["ms"]),
+            helper.make_node("Add", ["ms", "mask"], ["out"]),
+        ],
+        [("q", ["b", 4, "s", 32]), ("k", ["b", 4, 32, "s"]), ("mask", ["b", 1, "s", "s"])],
+        ["out"],
+        [("c", [])],
+    )
+    bare = _model(  # no epilogue: the padded copy out is the kernel's last block
+        [helper.make_node("MatMul", ["q", "k"], ["out"])],
+        [("q", ["s", 24]), ("k", [24, "s"])],
+        ["out"],
+    )
+    return {"dense": dense, "scores": scores, "bare": bare}
+
+
+@pytest.mark.parametrize("case", ["dense", "scores", "bare"])
+def test_symbolic_matmuls_keep_a_static_register_tile(case):
+    """Symbolic rows/columns are padded to whole tiles (pad_einsum): the accumulator compacts to the
+    static tile (a predicated split kept a buffer of every row, 5-10x slower than the static shape),
+    the padding is never written (the epilogue keeps the real domain), and every size matches."""
+    model = _symbolic_matmuls()[case]
+    kernels = {
+        name: f
+        for name, f in _prim_funcs(_lowered(model)).items()
+        if f.attrs is not None and f.attrs.get(RULE_ATTR) == "matmul"
+    }
+    assert kernels
+    compact = tvm.transform.Sequential(
+        [
+            tvm.s_tir.transform.LowerInitBlock(),
+            tvm.s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+            tvm.s_tir.transform.ConvertBlocksToOpaque(),
+            tvm.s_tir.transform.CompactBufferAllocation(),
+        ]
+    )(tvm.IRModule(kernels))
+    scripts = [f.script() for _, f in compact.functions_items()]
+    local = [line for script in scripts for line in script.splitlines() if 'scope="local"' in line]
+    shapes = [re.search(r"alloc_buffer\((.*), scope=", line).group(1) for line in local]
+    assert shapes and all(re.fullmatch(r"\((T\.int64\(\d+\)(, )?)+\)", shape) for shape in shapes), shapes
+    session = nx.InferenceSession(model, providers=["TvmExecutionProvider"])
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for s in (1, 5, 13, 33, 100):
+        shapes = {
+            i.name: [
+                s if d.dim_param == "s" else 2 if d.dim_param == "b" else d.dim_value
+                for d in i.type.tensor_type.shape.dim
+            ]
+            for i in model.graph.input
+        }
+        feeds = {n: RNG.standard_normal(shape).astype(np.float32) for n, shape in shapes.items()}
+        np.testing.assert_allclose(session.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-4, atol=1e-4)

@@ -19,6 +19,10 @@ panel, kept in cache for every row tile, instead of two vectors from rows
 `SplitLayoutRewritePreproc` moves out of the kernel and `FoldConstant`
 evaluates on the weight, as for MetaSchedule's own layout rewrites: it costs
 nothing at run time.
+
+Symbolic ``i`` or ``j`` extents (a sequence) are padded to whole tiles
+(`pad_einsum`), so the register tile stays static; the epilogue writes only
+the real elements.
 """
 
 from __future__ import annotations
@@ -174,6 +178,44 @@ def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int) -> None:
     )
 
 
+def _pad_symbolic(
+    sch: s_tir.Schedule, block, padding: list[int], epilogue: list, j_axis: int, lanes: int
+) -> bool:
+    """Pad the block's symbolic tile axes to whole register tiles (`padding`: 1 where not padded);
+    False where the block is not an einsum (a convolution's composite indices): it keeps the split
+    with a predicate, which leaves the register tile symbolic (TVM keeps the accumulator as a buffer
+    of every row, allocated per tile: a BERT export's dense layers ran 5x slower at sequence 128
+    than with the sequence fixed).
+
+    Input elements past the end read as zero: a select on the load, inlined where it is per row; an
+    operand padded along the vectorised `j_axis` is copied padded first (a select per lane makes
+    TVM scalarise the whole tile: attention scores 10x slower). The copy out is inlined into the
+    epilogue (or is the epilogue), which keeps the real domain, so the padding is never written.
+    """
+    try:
+        sch.pad_einsum(block, padding)
+    except s_tir.ScheduleError:
+        return False
+    stmt = sch.get(block)
+    j_var = stmt.iter_vars[j_axis].var
+    for producer in sch.get_producers(block):
+        if not sch.get(producer).name_hint.endswith("_pad"):
+            continue
+        padded = sch.get(producer).writes[0].source
+        region = next(r for r in stmt.reads if r.source.same_as(padded))
+        used = collect_block_iter_vars_used_in_access_region(stmt, region.region)
+        if padding[j_axis] > 1 and any(v.same_as(j_var) for v in used):
+            parallel_vectorize(sch, producer, lanes)
+        else:
+            sch.compute_inline(producer)
+    (copy_out,) = sch.get_consumers(block)
+    if epilogue:
+        sch.compute_inline(copy_out)
+    else:
+        epilogue.append(copy_out)
+    return True
+
+
 def tile_contraction(
     sch: s_tir.Schedule,
     blocks: list,
@@ -203,12 +245,22 @@ def tile_contraction(
         sch.compute_inline(rv)
 
     loops = sch.get_loops(block)
-    spatial, reduce = list(loops[: shape.spatial]), list(loops[shape.spatial :])
-    tile_j, vec = pick_j_tile(extent_of(sch, spatial[-1]), lanes, vectors_j)
+    tile_j, vec = pick_j_tile(extent_of(sch, loops[shape.spatial - 1]), lanes, vectors_j)
     if weight is not None and int(weight.shape[-1].value) % tile_j:
         weight = None  # a column tile with a checked tail: the panels would not tile the weight
     if tile_j <= lanes:
         tile_i *= 2  # one vector per row: more rows keep enough FMAs in flight
+    padding = [1] * len(loops)
+    if extent_of(sch, loops[shape.spatial - 1]) is None:
+        padding[shape.spatial - 1] = tile_j
+    if shape.i_axis is not None and tile_i > 1 and extent_of(sch, loops[shape.i_axis]) is None:
+        padding[shape.i_axis] = tile_i
+    padded = any(p > 1 for p in padding) and _pad_symbolic(
+        sch, block, padding, epilogue, shape.spatial - 1, lanes
+    )
+    if padded:
+        loops = sch.get_loops(block)
+    spatial, reduce = list(loops[: shape.spatial]), list(loops[shape.spatial :])
     j_outer, j_tile = sch.split(spatial[-1], factors=[None, tile_j])
     j_vec_outer, j_vec = sch.split(j_tile, factors=[None, vec])
     outer = spatial[:-1]
@@ -231,7 +283,13 @@ def tile_contraction(
     sch.reorder(*tiles, *reduce, *rows, j_vec_outer, j_vec)
 
     write_back = sch.cache_write(block, 0, "local")
-    if epilogue:
+    if padded:
+        # The epilogue reads the register tile and is computed under the tile loop over the real
+        # (unpadded) domain, which bounds its writes; inlined into the padded write-back it would
+        # write the padding past the end of the output.
+        sch.compute_inline(write_back)
+        write_back = epilogue[-1]
+    elif epilogue:
         sch.reverse_compute_inline(epilogue[-1])
     sch.reverse_compute_at(write_back, tiles[-1], preserve_unit_loops=True)
     wb_loops = sch.get_loops(write_back)[len(tiles) :]
