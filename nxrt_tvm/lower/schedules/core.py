@@ -20,9 +20,9 @@ panel, kept in cache for every row tile, instead of two vectors from rows
 evaluates on the weight, as for MetaSchedule's own layout rewrites: it costs
 nothing at run time.
 
-Symbolic ``i`` or ``j`` extents (a sequence) are padded to whole tiles
-(`pad_einsum`), so the register tile stays static; the epilogue writes only
-the real elements.
+``i`` and ``j`` extents the tile does not divide (a symbolic sequence, ViT's
+197 patches) are padded to whole tiles (`pad_einsum`), so the register tile
+stays static and unpredicated; the epilogue writes only the real elements.
 """
 
 from __future__ import annotations
@@ -178,10 +178,10 @@ def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int) -> None:
     )
 
 
-def _pad_symbolic(
+def _pad_to_tiles(
     sch: s_tir.Schedule, block, padding: list[int], epilogue: list, j_axis: int, lanes: int
 ) -> bool:
-    """Pad the block's symbolic tile axes to whole register tiles (`padding`: 1 where not padded);
+    """Pad the block's tile axes to whole register tiles (`padding`: 1 where not padded);
     False where the block is not an einsum (a convolution's composite indices): it keeps the split
     with a predicate, which leaves the register tile symbolic (TVM keeps the accumulator as a buffer
     of every row, allocated per tile: a BERT export's dense layers ran 5x slower at sequence 128
@@ -245,17 +245,23 @@ def tile_contraction(
         sch.compute_inline(rv)
 
     loops = sch.get_loops(block)
-    tile_j, vec = pick_j_tile(extent_of(sch, loops[shape.spatial - 1]), lanes, vectors_j)
+    j_extent = extent_of(sch, loops[shape.spatial - 1])
+    tile_j, vec = pick_j_tile(j_extent, lanes, vectors_j)
+    # A constant weight keeps its checked column tail: padded, it would be copied at every call.
+    pad_j = weight is None and (j_extent is None or j_extent % tile_j != 0)
     if weight is not None and int(weight.shape[-1].value) % tile_j:
         weight = None  # a column tile with a checked tail: the panels would not tile the weight
     if tile_j <= lanes:
         tile_i *= 2  # one vector per row: more rows keep enough FMAs in flight
     padding = [1] * len(loops)
-    if extent_of(sch, loops[shape.spatial - 1]) is None:
+    if pad_j:
         padding[shape.spatial - 1] = tile_j
-    if shape.i_axis is not None and tile_i > 1 and extent_of(sch, loops[shape.i_axis]) is None:
-        padding[shape.i_axis] = tile_i
-    padded = any(p > 1 for p in padding) and _pad_symbolic(
+    if shape.i_axis is not None and tile_i > 1:
+        i_extent = extent_of(sch, loops[shape.i_axis])
+        whole = pick_i_tile(i_extent, tile_i)
+        if i_extent is None or (i_extent > 1 and i_extent % whole != 0):
+            padding[shape.i_axis] = whole
+    padded = any(p > 1 for p in padding) and _pad_to_tiles(
         sch, block, padding, epilogue, shape.spatial - 1, lanes
     )
     if padded:
