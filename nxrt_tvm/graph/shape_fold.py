@@ -299,6 +299,15 @@ _handles("Max")(_elementwise(_arith(max)))
 _handles("Min")(_elementwise(_arith(min)))
 
 
+@_handles("Mod")
+def _mod(ev: _Evaluator, node, args) -> Value | None:
+    """torch's negative-dim arithmetic (`dim % rank`, a Slice's bounds in `unflatten`): fmod=0 takes
+    the divisor's sign, as Python's `%`; fmod=1 the dividend's, as C's fmod."""
+    if _attr(node, "fmod", 0):
+        return _elementwise(_arith(lambda a, b: int(math.fmod(a, b))))(ev, node, args)
+    return _elementwise(_arith(lambda a, b: a % b))(ev, node, args)
+
+
 @_handles("ConstantOfShape")
 def _constant_of_shape(ev: _Evaluator, node, args) -> Value | None:
     shape = _ints(args[0])

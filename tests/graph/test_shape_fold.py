@@ -88,6 +88,29 @@ def test_a_comparison_that_needs_the_run_time_size_is_not_folded():
     assert "Equal" in ops and "Where" in ops, ops
 
 
+@pytest.mark.parametrize("fmod, want", [(0, [2, 3]), (1, [-1, 3])])
+def test_mod_of_known_sizes_folds_with_onnx_sign_rules(fmod, want):
+    """torch's MultiheadAttention slices a Shape at `dim % rank`: unfolded, the slice's length and
+    every reshape after it were unknown (torch_encoder ran as 12 partitions)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mod", ["a", "b"], ["target"], fmod=fmod),
+            helper.make_node("Reshape", ["x", "target"], ["y"]),
+        ],
+        "mod",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [_const("a", [-1, 3]), _const("b", [3, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folded = load_model(model)
+    assert [n.op_type for n in folded.nodes] == ["Reshape"]
+    assert folded.initializers["target"] is not None
+    assert numpy_helper.to_array(folded.initializers["target"]).tolist() == want
+    x = np.arange(6, dtype=np.float32)
+    assert_parity(ort_run(folded.model, {"x": x}), ort_run(model, {"x": x}), atol=0)
+
+
 def test_symbolic_inference_names_a_transformers_exports_dims_after_its_inputs(data_dir):
     """ONNX's inference calls tiny_bert's hidden state [unk__7, unk__8, 64]; onnxruntime's symbolic
     inference follows the shape values and merges them with the inputs' batch and seq."""
@@ -96,10 +119,11 @@ def test_symbolic_inference_names_a_transformers_exports_dims_after_its_inputs(d
     assert hidden.shape == ("batch", "seq", 64), hidden
 
 
-@pytest.mark.parametrize("name", ["tiny_bert", "tiny_t5_int8"])
+@pytest.mark.parametrize("name", ["tiny_bert", "tiny_t5_int8", "torch_encoder"])
 def test_a_dynamic_shape_export_is_one_tvm_partition(name, data_dir, exports_cache):
     """Issue 18's goal: at most 2 partitions with dynamic batch and sequence (tiny_bert was 23, the
-    int8 T5 16 before shape folding, symbolic inference, Range and clamped broadcasts)."""
+    int8 T5 16, torch_encoder 12 before shape folding, symbolic inference, Range and clamped
+    broadcasts)."""
     providers = [
         ("TvmExecutionProvider", {"claim_policy": "all", "cache_dir": exports_cache}),
         "CPUExecutionProvider",
