@@ -14,9 +14,10 @@ user running it alone would see (the bundled model's convs: 208 us, not ~150).
 The two are not interleaved, so drift between them is limited by the short budget.
 
 Symbolic dims are measured at a representative size (`REPRESENTATIVE_SIZES`): batch-like dims at 1, the
-rest at 32 (a short sequence, a small map). onnxruntime runs first and must accept the inputs: where the
-invented sizes do not fit together (a shape the partition takes as data, dims that are sums of others),
-onnxruntime refuses them and the partition is reported unmeasured, before TVM code ever sees them.
+rest at 32 (a short sequence, a small map), else at 512 (an audio net's window of 256 samples refuses
+32). onnxruntime runs first and must accept the inputs: where no invented sizes fit together (a shape
+the partition takes as data, dims that are sums of others), onnxruntime refuses them and the partition
+is reported unmeasured, before TVM code ever sees them.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 #: sizes symbolic dims are measured at: a dim whose name says batch, and every other one
-REPRESENTATIVE_SIZES = {"batch": 1, "other": 32}
+REPRESENTATIVE_SIZES = {"batch": 1, "other": (32, 512)}  #: other dims: the first size onnxruntime accepts
 
 
 @dataclass(frozen=True)
@@ -84,13 +85,13 @@ class PartitionTiming:
         return cls(float(tvm_us), float(ort_us), float(floor_us), sizes)
 
 
-def _size(dim: str | None) -> int:
-    return REPRESENTATIVE_SIZES["batch" if dim is not None and "batch" in dim.lower() else "other"]
+def _size(dim: str | None, other: int) -> int:
+    return REPRESENTATIVE_SIZES["batch"] if dim is not None and "batch" in dim.lower() else other
 
 
-def _inputs(graph: GraphView, names: Sequence[str]) -> tuple[list[np.ndarray], str] | None:
-    """Random inputs (zeros for integers: valid indices and masks) and the sizes symbolic dims got; None
-    where a rank or type is unknown."""
+def _inputs(graph: GraphView, names: Sequence[str], other: int) -> tuple[list[np.ndarray], str] | None:
+    """Random inputs (zeros for integers: valid indices and masks), non-batch symbolic dims at `other`,
+    and the sizes symbolic dims got; None where a rank or type is unknown."""
     rng = np.random.default_rng(0)
     arrays = []
     sizes: dict[str, int] = {}
@@ -101,8 +102,8 @@ def _inputs(graph: GraphView, names: Sequence[str]) -> tuple[list[np.ndarray], s
         shape = []
         for dim in info.shape:
             if not isinstance(dim, int):
-                sizes.setdefault(dim or "?", _size(dim))
-            shape.append(dim if isinstance(dim, int) else _size(dim))
+                sizes.setdefault(dim or "?", _size(dim, other))
+            shape.append(dim if isinstance(dim, int) else _size(dim, other))
         array = aligned_empty(tuple(shape), info.dtype)
         if info.dtype.kind == "f":
             array[...] = rng.standard_normal(shape)
@@ -136,10 +137,19 @@ def measure_partition(
     """The partition timed on random inputs; None where it cannot be (an unknown rank or type, or a
     partition onnxruntime cannot run alone at representative sizes)."""
     inputs, outputs = graph.boundary(nodes)
-    made = _inputs(graph, inputs)
-    if made is None:
+    alone = extract_model(graph, nodes, inputs, outputs, name, internal_shapes=False)  # as the fallback runs
+    for other in REPRESENTATIVE_SIZES["other"]:
+        made = _inputs(graph, inputs, other)
+        if made is None:
+            return None
+        arrays, sizes = made
+        ort_s = _ort_seconds(alone, dict(zip(inputs, arrays)), budget_s / 2)
+        if ort_s is not None:
+            break
+        if not sizes:
+            return None  # static shapes: other sizes change nothing
+    else:
         return None
-    arrays, sizes = made
     kernel = TvmKernel(
         module,
         DeviceId(DeviceType.CPU, 0),
@@ -148,10 +158,6 @@ def measure_partition(
         [graph.info(o) for o in outputs],
     )
     views = [TensorView(a) for a in arrays]
-    alone = extract_model(graph, nodes, inputs, outputs, name, internal_shapes=False)  # as the fallback runs
-    ort_s = _ort_seconds(alone, dict(zip(inputs, arrays)), budget_s / 2)
-    if ort_s is None:
-        return None
     tvm_s = median_seconds(lambda: kernel.compute(views), 100, warmup=3, budget_s=budget_s / 2)
     floor_us = ort_run_floor_us()
     return PartitionTiming(1e6 * tvm_s, max(1e6 * ort_s - floor_us, 0.0), floor_us, sizes)

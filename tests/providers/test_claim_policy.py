@@ -104,6 +104,26 @@ def test_inputs_onnxruntime_refuses_leave_the_partition_unmeasured_and_kept(defa
     assert_parity(sess.run(None, {"x": x}), ort_run(model, {"x": x}))
 
 
+def test_a_window_longer_than_the_first_representative_size_is_measured_at_the_next(default_policy):
+    # an STFT-style conv1d (a 64-sample window, stride 32): onnxruntime refuses 32 samples, takes 512;
+    # unmeasured, a 0.35 ms TVM conv was kept in an audio net onnxruntime runs whole in 54 us
+    weight = numpy_helper.from_array(np.ones((16, 1, 64), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[32])],
+        "stft",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "samples"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, "frames"])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = nx.InferenceSession(model)
+    costs = [p.cost.source for p in sess.plan.partitions if str(p.ep) == TVM]
+    declines = [d.detail for d in sess.plan.declines]
+    assert any("samples=512" in text for text in costs + declines), (costs, declines)
+    x = np.random.default_rng(3).standard_normal((1, 1, 200)).astype(np.float32)
+    assert_parity(sess.run(None, {"x": x}), ort_run(model, {"x": x}))
+
+
 @pytest.mark.parametrize(
     "op, elem",
     [("Max", TensorProto.INT16), ("Cast", TensorProto.BFLOAT16)],
