@@ -135,7 +135,10 @@ class TvmExecutionProvider(ExecutionProvider):
         minimum = self.options.min_subgraph_size
         for group in groups:
             if len(group) >= minimum:
-                slower = self._cost(graph, group, costs) if self.options.claim_policy != "all" else None
+                whole = len(group) + sum(len(t) for t in taken) >= len(graph.nodes)
+                slower = (
+                    self._cost(graph, group, costs, whole) if self.options.claim_policy != "all" else None
+                )
                 if slower is None:
                     kept.append(group)
                     continue
@@ -154,7 +157,9 @@ class TvmExecutionProvider(ExecutionProvider):
         )
         return ClaimResult(claims, tuple(declines))
 
-    def _cost(self, graph: GraphView, group: tuple[int, ...], costs: dict) -> DeclineSignal | None:
+    def _cost(
+        self, graph: GraphView, group: tuple[int, ...], costs: dict, whole: bool
+    ) -> DeclineSignal | None:
         """Judge a verified partition by its timing: remembered with its compile result, else measured."""
         name = partition_name(graph, group, "tvm")
         remembered, timing = self.builder.remembered_timing(name)
@@ -163,7 +168,7 @@ class TvmExecutionProvider(ExecutionProvider):
             if built is not None and built[0] is not None and self.device.type is DeviceType.CPU:
                 timing = measure_partition(graph, group, name, built[0], self.options.cost_budget_s)
                 self.builder.remember_timing(name, timing)
-        costs[group], slower = judge_cost(self.options.claim_policy, len(group), timing, remembered)
+        costs[group], slower = judge_cost(self.options.claim_policy, len(group), timing, remembered, whole)
         return slower
 
     def _decline(self, ctx: NodeContext, signal: DeclineSignal) -> Decline:
