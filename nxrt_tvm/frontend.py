@@ -73,6 +73,7 @@ from tvm import relax, sym, tirx
 from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 from .api.errors import CompileFailed
+from .api.registry import default_opset
 
 __all__ = [
     "EARLIER_VERSIONS",
@@ -352,7 +353,7 @@ class _Range(onnx_frontend.Range):
         start, limit, delta = (_scalar(onnx_frontend.get_constant(x, params)) for x in inputs)
         if isinstance(start, int) and isinstance(delta, int) and delta > 0 and tvm.ir.is_prim_expr(limit):
             dtype = str(inputs[0].value.numpy().dtype)
-            length = sym.Analyzer().simplify(
+            length = _ANALYZER.simplify(
                 tirx.max(tirx.floordiv(tirx.Cast("int64", limit) - start + delta - 1, delta), 0)
             )
             positions = bb.normalize(relax.op.arange(0, length, 1, "int64"))
@@ -614,7 +615,7 @@ def _our_converters(model: onnx.ModelProto) -> Iterator[None]:
 
 def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
     """Import a standalone partition model; weights become constants so the build can fold them."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    opset = default_opset(model)
     # The frontend prints on failure and warns on every renamed input: keep both out of the user's output.
     with _our_converters(model), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -6,10 +6,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import onnx
+
 from .device import EpId
 from .errors import InvalidProviderOptions
 
-__all__ = ["OpKey", "OpRegistry", "EpRegistry", "normalize_domain"]
+__all__ = ["OpKey", "OpRegistry", "EpRegistry", "default_opset", "normalize_domain"]
 
 T = TypeVar("T")
 
@@ -17,6 +19,11 @@ T = TypeVar("T")
 def normalize_domain(domain: str) -> str:
     """ONNX spells the default domain both '' and 'ai.onnx'; use ''."""
     return "" if domain in ("", "ai.onnx") else domain
+
+
+def default_opset(model: onnx.ModelProto) -> int | None:
+    """The opset `model` imports for the default domain, None where it imports none."""
+    return next((o.version for o in model.opset_import if normalize_domain(o.domain) == ""), None)
 
 
 @dataclass(frozen=True, order=True)

@@ -20,7 +20,7 @@ from collections.abc import Collection
 import onnx
 from onnx import defs
 
-from ..api.registry import normalize_domain
+from ..api.registry import default_opset, normalize_domain
 
 __all__ = ["inline_function_ops"]
 
@@ -103,7 +103,7 @@ def inline_function_ops(model: onnx.ModelProto, ops: Collection[str]) -> int:
     (in place; nested function ops too). Returns the number of nodes inlined."""
     if not any(normalize_domain(n.domain) == "" and n.op_type in ops for n in model.graph.node):
         return 0  # most models: no name sets built at every load
-    opset = next((o.version for o in model.opset_import if normalize_domain(o.domain) == ""), None)
+    opset = default_opset(model)
     if opset is None:
         return 0
     graph = model.graph

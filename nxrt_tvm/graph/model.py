@@ -327,7 +327,7 @@ def analyse(model: onnx.ModelProto, *, check: bool = True, inline: Collection[st
 
 
 def _infer_into(model: onnx.ModelProto) -> bool:
-    """Replace `model`'s value_info by ONNX shape inference's; False where inference failed."""
+    """Replace `model`'s value_info by what `inference.infer` finds; False where inference failed."""
     try:
         inferred = infer(_light_copy(model))
     except InvalidModel:

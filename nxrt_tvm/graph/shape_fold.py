@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..api.registry import normalize_domain
+from ..api.registry import default_opset, normalize_domain
 from .order import implicit_inputs
 
 __all__ = ["Sym", "fold_shape_computations"]
@@ -403,7 +403,7 @@ def fold_shape_computations(model: onnx.ModelProto) -> int:
     """Fold `model`'s known shape computations in place (nodes in topological order, shapes inferred);
     returns how many nodes were replaced."""
     graph = model.graph
-    if _default_opset(model) < 13:  # Unsqueeze takes its axes as an input from 13 on
+    if (default_opset(model) or 0) < 13:  # Unsqueeze takes its axes as an input from 13 on
         return 0
     ev = _Evaluator(model)
     writer = _Writer(model, ev)
@@ -472,7 +472,3 @@ def _static_fill(ev: _Evaluator, node: onnx.NodeProto) -> np.ndarray | None:
     fill = _attr(node, "value")
     value = numpy_helper.to_array(fill).reshape(-1)[0] if fill is not None else np.float32(0)
     return np.full(shape, value, dtype=value.dtype)
-
-
-def _default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if normalize_domain(o.domain) == ""), 0)

@@ -93,9 +93,10 @@ def _equal(ctx: NodeContext) -> None:
 # Two constant branches stay tensors (a mask's 0 and -inf): relax.op.where, right.
 @rule("Where")
 def _where(ctx: NodeContext) -> None:
-    computed = [i for i in (1, 2) if not ctx.is_const(i) and is_shape_derived(ctx, i)]
     require(
-        ctx.is_const(0) or not (computed and all(is_shape_derived(ctx, i) for i in (1, 2))),
+        ctx.is_const(0)
+        or (ctx.is_const(1) and ctx.is_const(2))
+        or not all(is_shape_derived(ctx, i) for i in (1, 2)),
         Rejected.INPUT,
         f"condition {ctx.node.input[0]!r} is computed at run time and both branches are shape values, "
         "which the frontend folds at import (selecting the wrong branch)",
