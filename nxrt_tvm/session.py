@@ -33,6 +33,7 @@ from .partition.claims import make_claims
 from .partition.grouping import group_nodes
 from .partition.plan import PartitionPlan, make_plan
 from .providers import EP_REGISTRY, FALLBACK_EP
+from .providers.cpu import CPUExecutionProvider, OrtKernel
 from .session_options import SessionConfig
 from .timing import median_seconds
 
@@ -112,8 +113,11 @@ class InferenceSession:
         started = time.perf_counter()
         self.config = SessionConfig.parse(sess_options)
         model, model_dir = read_model(path_or_bytes)
+        # the user's model as they gave it, for a plan that hands it all to the fallback
+        source: bytes | str = path_or_bytes if isinstance(path_or_bytes, bytes) else str(path_or_bytes)
         if isinstance(path_or_bytes, onnx.ModelProto):
-            model = onnx.ModelProto.FromString(model.SerializeToString())  # never edit the caller's proto
+            source = model.SerializeToString()
+            model = onnx.ModelProto.FromString(source)  # never edit the caller's proto
         override_free_dims(model, dict(self.config.free_dimension_overrides))
         self._providers = _make_providers(providers, provider_options)
         ep_config = EpConfig(compile_disabled=self.config.disable_model_compile)
@@ -132,9 +136,12 @@ class InferenceSession:
         if fallback_only:  # no other EP's kernels run between the fallback's: let its pool spin
             for ep in self._providers:
                 ep.initialize(replace(ep_config, shares_cores=False))
+        whole = fallback_only and len(self._live) == 1 and not (contexts.loaded or contexts.fallback_nodes)
         self._kernels: list[Kernel] = []
         for partition in self._live:
             kernel = preloaded.get(partition.name)
+            if kernel is None and whole:
+                kernel = self._whole_model_kernel(by_id[partition.ep], source)
             if kernel is None:
                 try:
                     kernel = by_id[partition.ep].compile(self._graph, partition)
@@ -146,12 +153,27 @@ class InferenceSession:
             kernel.prepare()
             self._kernels.append(kernel)
         self._inputs = {i.name: i for i in self._graph.inputs}
+        self._input_dtypes = {i.name: i.dtype for i in self._graph.inputs}  # dtype is computed per call
+        self._output_names = [o.name for o in self._graph.outputs]
+        self._whole = self._kernels[0] if whole and isinstance(self._kernels[0], OrtKernel) else None
         self._release_after = self._lifetimes()
         self.refused_contexts = list(contexts.refused)
         if self.config.context_enable:
             self._write_context_model(path_or_bytes)
         self.load_seconds = time.perf_counter() - started
         log.info("session ready in %.3f s: %s", self.load_seconds, self.plan.nodes_by_ep())
+
+    def _whole_model_kernel(self, fallback: ExecutionProvider, source: bytes | str) -> Kernel | None:
+        """The fallback's session over the user's own model (None where onnxruntime refuses it as given,
+        e.g. a declared dim of -1 our loader normalises: the extracted partition runs then)."""
+        if not isinstance(fallback, CPUExecutionProvider):
+            return None
+        declared = [o.dtype for o in self._graph.outputs]
+        try:
+            return fallback.compile_whole(source, dict(self.config.free_dimension_overrides), declared)
+        except Exception as exc:  # onnxruntime's errors have no common base
+            log.info("onnxruntime refuses the model as given (%s); running the normalised copy", exc)
+            return None
 
     def _context_partitions(
         self, contexts: ResolvedContexts
@@ -237,80 +259,64 @@ class InferenceSession:
         return release
 
     # -- feeds -------------------------------------------------------------------------
-    def _validate(self, feeds: dict[str, Any]) -> dict[str, TensorView]:
+    def _validate(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        """The feeds checked against the model's inputs: numpy arrays stay arrays (C-contiguous), other
+        DLPack tensors become `TensorView`s, sequences and optionals pass as they are."""
         if not isinstance(feeds, dict):
             raise InvalidFeed(f"input_feed must be a dict of input name -> array, got {type(feeds).__name__}")
-        unknown = sorted(set(feeds) - set(self._inputs))
-        if unknown:
-            raise UnknownInput(
-                f"unknown input name(s) {unknown}; the model's inputs are {list(self._inputs)}"
-            )
-        missing = [n for n in self._inputs if n not in feeds]
-        if missing:
+        if len(feeds) != len(self._inputs) or not all(n in self._inputs for n in feeds):
+            unknown = sorted(set(feeds) - set(self._inputs))
+            if unknown:
+                raise UnknownInput(
+                    f"unknown input name(s) {unknown}; the model's inputs are {list(self._inputs)}"
+                )
+            missing = [n for n in self._inputs if n not in feeds]
             raise MissingInput(f"missing input(s) {missing}; feed every input of {list(self._inputs)}")
         bound: dict[str, int] = {}
-        views: dict[str, TensorView] = {}
+        checked: dict[str, Any] = {}
         for name, value in feeds.items():
             info = self._inputs[name]
-            if (
-                name in self._graph.other_types
-            ):  # a sequence or optional: onnxruntime checks it where it is used
-                views[name] = value
+            if name in self._graph.other_types:  # a sequence or optional: onnxruntime checks it where used
+                checked[name] = value
                 continue
-            if not hasattr(value, "__dlpack__"):
-                if not isinstance(value, (np.ndarray, np.generic, list, tuple, int, float, bool)):
-                    raise InputTypeMismatch(
-                        f"input {name!r}: expected a numpy array, got {type(value).__name__}"
-                    )
-                try:
-                    value = np.asarray(value)
-                except ValueError as exc:  # ragged nested lists and the like
-                    raise InputTypeMismatch(
-                        f"input {name!r}: cannot be read as an array ({exc}); pass a numpy array"
-                    ) from exc
-            if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
-                value = np.ascontiguousarray(value)
-            view = TensorView(value)
-            if info.dtype is not None and view.dtype != info.dtype:
+            if type(value) is np.ndarray:  # the common feed: checked without a view
+                if not value.flags.c_contiguous:
+                    value = np.ascontiguousarray(value)
+                dtype, shape = value.dtype, value.shape
+            elif hasattr(value, "__dlpack__"):
+                value = TensorView(value)
+                dtype, shape = value.dtype, value.shape
+            else:
+                value = _as_array(name, value)
+                dtype, shape = value.dtype, value.shape
+            want = self._input_dtypes[name]
+            if want is not None and dtype != want:
                 raise InputTypeMismatch(
                     f"input {name!r}: expected element type {info.dtype} "
-                    f"({_node_arg(info).type}), got {view.dtype}; "
+                    f"({_node_arg(info).type}), got {dtype}; "
                     f"convert with .astype(np.{info.dtype})"
                 )
             if info.shape is not None:
-                if len(view.shape) != len(info.shape):
-                    raise InputShapeMismatch(
-                        f"input {name!r}: expected rank {len(info.shape)} "
-                        f"{list(info.shape)}, got shape {list(view.shape)}"
-                    )
-                for axis, (want, got) in enumerate(zip(info.shape, view.shape)):
-                    if isinstance(want, int) and want != got:
-                        raise InputShapeMismatch(
-                            f"input {name!r}: dimension {axis} must be "
-                            f"{want}, got {got} (shape {list(view.shape)})"
-                        )
-                    if isinstance(want, str):
-                        if bound.setdefault(want, got) != got:
-                            raise InputShapeMismatch(
-                                f"input {name!r}: dimension {axis} ({want!r}) is {got}, "
-                                f"but {want!r} was {bound[want]} in another input"
-                            )
-            views[name] = view
-        return views
+                _check_shape(name, info.shape, shape, bound)
+            checked[name] = value
+        return checked
 
     # -- run ---------------------------------------------------------------------------
     def run(
         self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: Any = None
     ) -> list[np.ndarray]:
         """Compute the requested outputs (all when `output_names` is None) as numpy arrays."""
-        wanted = [o.name for o in self._graph.outputs] if output_names is None else list(output_names)
-        bad = [n for n in wanted if n not in self._graph.output_names]
+        wanted = self._output_names if output_names is None else list(output_names)
+        bad = [n for n in wanted if n not in self._output_names]
         if bad:
             raise InvalidFeed(
                 f"unknown output name(s) {bad}; the model's outputs "
                 f"are {[o.name for o in self._graph.outputs]}"
             )
-        env: dict[str, TensorView] = dict(self._validate(input_feed))
+        checked = self._validate(input_feed)
+        if self._whole is not None:  # onnxruntime runs the user's model: nothing to hand between kernels
+            return self._whole.run_host(wanted, checked)
+        env = {n: TensorView(v) if type(v) is np.ndarray else v for n, v in checked.items()}
         for kernel, release in zip(self._kernels, self._release_after):
             results = kernel.compute([env[name] for name in kernel.input_names])
             env.update(zip(kernel.output_names, results))
@@ -321,7 +327,9 @@ class InferenceSession:
     def profile(self, input_feed: dict[str, Any], repeat: int = 20) -> list[PartitionTime]:
         """Where a run's time goes, partition by partition in run order: each kernel timed on its own
         inputs (`repeat` calls after one untimed), with its functions' times where it reports them."""
-        env: dict[str, TensorView] = dict(self._validate(input_feed))
+        env = {
+            n: TensorView(v) if type(v) is np.ndarray else v for n, v in self._validate(input_feed).items()
+        }
         times = []
         for partition, kernel in zip(self._live, self._kernels):
             inputs = [env[name] for name in kernel.input_names]
@@ -342,3 +350,35 @@ class InferenceSession:
         if value is None:
             raise AssertionError(f"output {name!r} was not computed")
         return value
+
+
+def _as_array(name: str, value: Any) -> np.ndarray:
+    """A feed that is neither an array nor a DLPack tensor (a list, a scalar) as a C-contiguous array."""
+    if not isinstance(value, (np.generic, list, tuple, int, float, bool)):
+        raise InputTypeMismatch(f"input {name!r}: expected a numpy array, got {type(value).__name__}")
+    try:
+        return np.asarray(value)
+    except ValueError as exc:  # ragged nested lists and the like
+        raise InputTypeMismatch(
+            f"input {name!r}: cannot be read as an array ({exc}); pass a numpy array"
+        ) from exc
+
+
+def _check_shape(name: str, want_shape: Sequence[Any], shape: tuple[int, ...], bound: dict[str, int]) -> None:
+    """`shape` against the declared one: fixed dims equal, a named dim one size across all inputs."""
+    if len(shape) != len(want_shape):
+        raise InputShapeMismatch(
+            f"input {name!r}: expected rank {len(want_shape)} {list(want_shape)}, got shape {list(shape)}"
+        )
+    for axis, (want, got) in enumerate(zip(want_shape, shape)):
+        if want == got:
+            continue
+        if isinstance(want, int):
+            raise InputShapeMismatch(
+                f"input {name!r}: dimension {axis} must be {want}, got {got} (shape {list(shape)})"
+            )
+        if isinstance(want, str) and bound.setdefault(want, got) != got:
+            raise InputShapeMismatch(
+                f"input {name!r}: dimension {axis} ({want!r}) is {got}, "
+                f"but {want!r} was {bound[want]} in another input"
+            )

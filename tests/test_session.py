@@ -127,6 +127,37 @@ def test_node_no_ep_can_run_fails_at_load():
     assert any("TvmExecutionProvider" in r for r in info.value.reasons)
 
 
+def test_a_fallback_only_plan_runs_the_users_model_as_given():
+    """Where every node goes to the fallback, one onnxruntime session runs the user's own graph (with
+    the free-dim overrides), not our normalised copy: results equal onnxruntime's exactly."""
+    model = model_zoo.mlp()
+    options = nx.SessionOptions()
+    options.add_free_dimension_override_by_name("N", 3)
+    sess = nx.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    (kernel,) = sess.kernels().values()
+    assert kernel._session.get_modelmeta().graph_name == model.graph.name
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)}
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], ort_run(model, feeds)[0])
+    with pytest.raises(nx.InputShapeMismatch, match="dimension 0 must be 3"):
+        sess.run(None, {"x": feeds["x"][:2]})
+
+
+def test_a_model_onnxruntime_refuses_as_given_says_which_node_no_ep_runs():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Frobnicate", ["x"], ["y"], name="bad", domain="com.example")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+    )
+    with pytest.raises(nx.NoEpForOp, match="'bad'.*com.example::Frobnicate"):
+        nx.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
 def test_intermediates_are_released_after_last_use():
     sess = nx.InferenceSession(model_zoo.cycle_trap())
     released = {name for names in sess._release_after for name in names}
