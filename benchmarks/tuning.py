@@ -46,7 +46,7 @@ def _kinds(session) -> Counter:
         for v in kernel.variants():
             if v.variant.startswith("tuned"):
                 kinds[v.variant] += 1
-            elif v.reason == RULE_KEPT:
+            elif v.reason.startswith(RULE_KEPT):
                 kinds["rule-best"] += 1
             else:
                 kinds["untuned"] += 1

@@ -329,8 +329,50 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_revalidate(args: argparse.Namespace) -> int:
+    from .tuning.revalidate import revalidate
+
+    if args.model is not None:
+        raise InvalidProviderOptions(
+            "tune --revalidate measures the records already under --log-dir (they carry their kernels); "
+            "it takes no model: drop MODEL, or drop --revalidate to tune the model"
+        )
+    report = revalidate(
+        target=args.target,
+        log_dir=args.log_dir,
+        rpc_tracker=args.rpc_tracker,
+        rpc_key=args.rpc_key,
+        progress=None if not args.json else False,
+    )
+    summary = {
+        "device_key": report.device_key,
+        "directory": str(report.directory),
+        "sources": list(report.sources),
+        "measured": report.measured,
+        "done_before": report.done_before,
+        "failed": report.failed,
+        "seconds": round(report.seconds, 1),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif not report.sources:
+        print(
+            f"device key {report.device_key}: no compatible key under {args.log_dir}; nothing to revalidate"
+        )
+    else:
+        print(
+            f"device key {report.device_key}: {report.measured} kernels measured here from "
+            f"{', '.join(report.sources)} ({report.done_before} done before, {report.failed} failed) "
+            f"in {report.seconds:.0f} s -> {report.directory}"
+        )
+    return 0
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     from .tuning.tune import tune_model
+
+    if args.revalidate:
+        return _cmd_revalidate(args)
 
     report = tune_model(
         _model(args),
@@ -556,6 +598,12 @@ def _parser() -> argparse.ArgumentParser:
         "--rpc-tracker", metavar="HOST:PORT", help="measure on the device behind this TVM RPC tracker"
     )
     tune.add_argument("--rpc-key", help="the device key its RPC server registered with the tracker")
+    tune.add_argument(
+        "--revalidate",
+        action="store_true",
+        help="no search: measure the records of compatible device keys under LOG_DIR and the default rules "
+        "on this host, and write this host's key with both (resumable; takes no MODEL)",
+    )
     tune.set_defaults(func=_cmd_tune)
     bench = sub.add_parser("bench", help="time the session against onnxruntime with the same thread count")
     _add_model_args(bench)

@@ -45,6 +45,7 @@ def encode_node(ctx: EpContext, node_name: str) -> onnx.NodeProto:
         "outputs": [s.to_json() for s in ctx.outputs],
         "weights": list(ctx.weights),
         "tuning_digest": ctx.tuning_digest,
+        "tuning_sources": list(ctx.tuning_sources),
     }
     if ctx.embed_mode == 1:
         cache_context: bytes | str = ctx.blob
@@ -131,6 +132,7 @@ def decode_node(node: onnx.NodeProto, model_dir: Path | None) -> EpContext:
             outputs=tuple(TensorSignature.from_json(v) for v in notes.get("outputs", [])),
             weights=tuple(notes.get("weights", [])),
             tuning_digest=str(notes.get("tuning_digest", "")),
+            tuning_sources=tuple(str(k) for k in notes.get("tuning_sources", [])),
             format_version=int(notes.get("format_version", 0)),
             external_path=external,
         )

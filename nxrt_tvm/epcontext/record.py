@@ -63,5 +63,7 @@ class EpContext:
     outputs: tuple[TensorSignature, ...]
     weights: tuple[str, ...] = ()
     tuning_digest: str = ""
+    #: the device keys whose tuning records the blob was compiled with (this host's, then transferred ones)
+    tuning_sources: tuple[str, ...] = ()
     format_version: int = FORMAT_VERSION
     external_path: str | None = None

@@ -30,7 +30,7 @@ from . import schedules
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
 from .strict import own_pass
-from .tuned import SEARCHED_MARGIN, TUNING_ATTR, ApplyTuningRecords, TuningDatabase
+from .tuned import SEARCHED_MARGIN, TUNING_ATTR, ApplyTuningRecords, TuningDatabase, TuningRecords
 
 __all__ = [
     "codegen_digest",
@@ -51,7 +51,7 @@ class Lowering:
 
     user_passes: tuple[tvm.transform.Pass, ...] = ()
     schedule_passes: tuple[tvm.transform.Pass, ...] | None = None
-    database: TuningDatabase | None = field(default=None, compare=False)
+    database: TuningDatabase | TuningRecords | None = field(default=None, compare=False)
     conv_algorithm: str = "auto"  #: `schedules.CONV_ALGORITHMS`: "direct" keeps every convolution direct
 
     def digest(self) -> str:
@@ -261,13 +261,21 @@ RECORD_UNFIT = "a tuning record matched but did not replay on this kernel (logge
 
 
 def _variant(name: str, attrs) -> KernelVariant:
-    how = str(attrs.get(TUNING_ATTR, ""))
+    how, _, source = str(attrs.get(TUNING_ATTR, "")).partition("@")
     if how in _TUNED:
-        return KernelVariant(name, *_TUNED[how])
+        variant, reason = _TUNED[how]
+        if source:  # a compatible key's record (lower.device_key.compatible_keys)
+            variant = f"{variant}:transferred from {source}"
+            reason = (
+                f"{reason.replace('of this device ', '')}, tuned on {source} (ISA features all present here)"
+            )
+        return KernelVariant(name, variant, reason)
     if RULE_ATTR in attrs:
         reason = {"rule-best": RULE_KEPT, "unfit": RECORD_UNFIT}.get(
             how, "no tuning record; default CPU schedule rule"
         )
+        if source:
+            reason = f"{reason} (records of {source})"
         return KernelVariant(name, f"default:{attrs[RULE_ATTR]}", reason)
     return KernelVariant(name, "tvm-default", "no tuning record and no schedule rule fits")
 

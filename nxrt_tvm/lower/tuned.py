@@ -9,7 +9,11 @@ record wins where it measured `SEARCHED_MARGIN` faster than the rule's. A
 kernel takes the record of its own workload when one exists; otherwise the
 record of a kernel with the same *anchor* operation (the same matmul or conv
 with another epilogue: MetaSchedule's ``anchor-block`` module equality) is
-transferred to it with MetaSchedule's anchor-trace application. A record whose
+transferred to it with MetaSchedule's anchor-trace application. Where the
+host's own key has no record for a kernel, the records of compatible keys
+(`device_key.compatible_keys`: every ISA feature they were built for present
+here, closest CPU first) apply, as MetaSchedule's ``OrderedUnionDatabase``
+would: `TuningRecords`. A record whose
 trace is the default rule's own schedule (tuning measures it as a candidate,
 and it won) is not replayed: the rule schedules the kernel, and the kernel
 variant says that the rule measured fastest.
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tvm
@@ -28,12 +32,14 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
 
-from .device_key import device_key, device_log_dir
+from .device_key import CompatibleKey, compatible_keys, device_key, device_log_dir
 from .strict import own_pass
 from .tir_pipeline import tir_pipeline_for
 
 __all__ = [
     "open_database",
+    "open_records",
+    "TuningRecords",
     "database_digest",
     "TuningDatabase",
     "RecordMatch",
@@ -58,7 +64,8 @@ FAILED_RUN_SECS = 1e9
 #: a kernel alone (warm caches, one kernel at a time), and inside a model the two differ by about as much.
 SEARCHED_MARGIN = 0.05
 #: PrimFunc attribute: how a tuning record scheduled the function ("exact", "anchor"),
-#: "rule-best", or "unfit" (a matching record failed to replay: the default rules schedule it).
+#: "rule-best", or "unfit" (a matching record failed to replay: the default rules schedule it); a record of
+#: another device key adds "@<key>" ("exact@llvm-x86_64-znver4-2c-5a12382f").
 TUNING_ATTR = "nxrt.tuning_record"
 
 
@@ -91,6 +98,8 @@ class RecordMatch:
 
     record: ms.database.TuningRecord
     how: str
+    #: the device key the record was tuned on, where it is not this host's own (None: own)
+    transferred_from: str | None = None
 
     @property
     def mean_us(self) -> float:
@@ -136,6 +145,10 @@ class TuningDatabase:
     def _databases(self) -> list[ms.database.Database]:
         return [self.database] + ([self.baseline] if self.baseline is not None else [])
 
+    def all_records(self) -> list[ms.database.TuningRecord]:
+        """Every record, searched and baseline (revalidation measures their kernels on another host)."""
+        return [r for database in self._databases() for r in database.get_all_tuning_records()]
+
     def searched_trials(self, mod: tvm.IRModule) -> int:
         """How many searched schedules of `mod` were measured: MetaSchedule commits each as it runs,
         so this is where a search killed mid-task resumes (the state file only counts finished tasks)."""
@@ -173,10 +186,12 @@ class TuningDatabase:
         self._anchors = None  # rebuilt from the records on its next use
 
     def best(self, mod: tvm.IRModule) -> RecordMatch | None:
-        """The record to apply to `mod` (a one-function module): its own workload's, else its anchor op's.
+        """The record to apply to `mod` (a one-function module): its own workload's, else its anchor op's."""
+        return self.exact(mod) or self.anchor(mod)
 
-        Of its own, the searched one where it beat the default rule's by `SEARCHED_MARGIN`, else the rule's.
-        """
+    def exact(self, mod: tvm.IRModule) -> RecordMatch | None:
+        """The record of `mod`'s own workload: the searched one where it beat the default rule's by
+        `SEARCHED_MARGIN`, else the rule's."""
         searched = _top(self.database, mod)
         rule = _top(self.baseline, mod) if self.baseline is not None else None
         if searched is not None and rule is not None:
@@ -184,6 +199,10 @@ class TuningDatabase:
             return RecordMatch(searched if faster else rule, "exact")
         if searched is not None or rule is not None:
             return RecordMatch(searched or rule, "exact")
+        return None
+
+    def anchor(self, mod: tvm.IRModule) -> RecordMatch | None:
+        """The record of a kernel with `mod`'s anchor op (another epilogue), transferred by its trace."""
         record = _top(self._anchor_database(), mod)
         return RecordMatch(record, "anchor") if record is not None else None
 
@@ -191,15 +210,14 @@ class TuningDatabase:
         """The records re-keyed by anchor block (built once, on the first kernel without its own record)."""
         if self._anchors is None:
             self._anchors = ms.database.MemoryDatabase(module_equality="anchor-block")
-            for database in self._databases():
-                for record in database.get_all_tuning_records():
-                    if _valid(record):
-                        workload = self._anchors.commit_workload(record.workload.mod)
-                        self._anchors.commit_tuning_record(
-                            ms.database.TuningRecord(
-                                record.trace, workload, record.run_secs, record.target, record.args_info
-                            )
+            for record in self.all_records():
+                if _valid(record):
+                    workload = self._anchors.commit_workload(record.workload.mod)
+                    self._anchors.commit_tuning_record(
+                        ms.database.TuningRecord(
+                            record.trace, workload, record.run_secs, record.target, record.args_info
                         )
+                    )
         return self._anchors
 
 
@@ -215,10 +233,15 @@ def database_digest(directory: Path) -> str:
     return digest.hexdigest()
 
 
-def open_database(log_dir: str | Path, target: tvm.target.Target) -> TuningDatabase | None:
-    """The database for this target's device key under `log_dir`, or None (logged) when there is none."""
+def open_database(
+    log_dir: str | Path, target: tvm.target.Target, *, quiet: bool = False
+) -> TuningDatabase | None:
+    """The database for this target's device key under `log_dir`, or None (logged unless `quiet`) when
+    there is none."""
     directory = device_log_dir(log_dir, target)
     if not (directory / _FILES[1]).is_file():
+        if quiet:
+            return None
         others = (
             sorted(p.name for p in Path(log_dir).iterdir() if p.is_dir()) if Path(log_dir).is_dir() else []
         )
@@ -230,6 +253,61 @@ def open_database(log_dir: str | Path, target: tvm.target.Target) -> TuningDatab
         )
         return None
     return TuningDatabase(directory, device_key(target))
+
+
+class TuningRecords:
+    """What a host applies: its own key's records first, then, for a kernel its own key has none for,
+    those of compatible keys, closest first (exact workloads before anchor transfers, in both)."""
+
+    def __init__(self, own: TuningDatabase | None, transferred: list[tuple[TuningDatabase, CompatibleKey]]):
+        self.own = own
+        self.transferred = transferred
+        digest = hashlib.sha256()
+        for db in self.databases:
+            digest.update(f"{db.key}\0{db.digest}\0".encode())
+        #: compile-cache keys and EPContext notes: which keys' records, and which versions of them
+        self.digest = digest.hexdigest()
+
+    @property
+    def databases(self) -> list[TuningDatabase]:
+        return ([self.own] if self.own is not None else []) + [db for db, _ in self.transferred]
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The device keys whose records may apply, in the order they are asked."""
+        return tuple(db.key for db in self.databases)
+
+    def __len__(self) -> int:
+        return sum(len(db) for db in self.databases)
+
+    def best(self, mod: tvm.IRModule) -> RecordMatch | None:
+        for find in (TuningDatabase.exact, TuningDatabase.anchor):
+            for db in self.databases:
+                match = find(db, mod)
+                if match is not None:
+                    return match if db is self.own else replace(match, transferred_from=db.key)
+        return None
+
+
+def open_records(log_dir: str | Path, target: tvm.target.Target) -> TuningRecords | None:
+    """This host's records and those of compatible keys under `log_dir`; None (logged) when there are none."""
+    own = open_database(log_dir, target, quiet=True)
+    transferred = [
+        (TuningDatabase(Path(log_dir) / k.key, k.key), k)
+        for k in compatible_keys(log_dir, target)
+        if (Path(log_dir) / k.key / _FILES[1]).is_file()
+    ]
+    if own is None and not transferred:
+        open_database(log_dir, target)  # says why nothing applies
+        return None
+    if transferred:
+        log.info(
+            "tuning records of %s apply where %s has none: %s",
+            ", ".join(k.key for _, k in transferred),
+            device_key(target),
+            "; ".join(f"{k.key}: {k.closeness}" for _, k in transferred),
+        )
+    return TuningRecords(own, transferred)
 
 
 def _schedule(func: tvm.tirx.PrimFunc, match: RecordMatch, target: tvm.target.Target) -> tvm.tirx.PrimFunc:
@@ -259,7 +337,7 @@ class ApplyTuningRecords:
     then take every function left unscheduled.
     """
 
-    def __init__(self, database: TuningDatabase):
+    def __init__(self, database: TuningDatabase | TuningRecords):
         self.database = database
 
     @own_pass
@@ -274,8 +352,9 @@ class ApplyTuningRecords:
             match = self.database.best(workload_module(func))
             if match is None:
                 continue
+            source = "" if match.transferred_from is None else f"@{match.transferred_from}"
             if not is_searched(match.record.trace):
-                updates[gvar] = func.with_attr(TUNING_ATTR, "rule-best")
+                updates[gvar] = func.with_attr(TUNING_ATTR, "rule-best" + source)
                 continue
             try:
                 scheduled = _schedule(func, match, target)
@@ -287,7 +366,9 @@ class ApplyTuningRecords:
                 )
                 updates[gvar] = func.with_attr(TUNING_ATTR, "unfit")
                 continue
-            updates[gvar] = scheduled.with_attr("tirx.is_scheduled", True).with_attr(TUNING_ATTR, match.how)
+            updates[gvar] = scheduled.with_attr("tirx.is_scheduled", True).with_attr(
+                TUNING_ATTR, match.how + source
+            )
         for gvar, func in updates.items():
             mod[gvar] = func
         return mod

@@ -34,7 +34,7 @@ from tvm.s_tir.meta_schedule.utils import remove_build_dir
 from ..api.errors import InvalidProviderOptions
 from ..api.provider import inlined_ops
 from ..graph.model import ModelSource, load_model
-from ..lower.device_key import DEFAULT_LOG_DIR, device_key, device_log_dir
+from ..lower.device_key import DEFAULT_LOG_DIR, device_key, device_log_dir, write_device_file
 from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
 from ..lower.tir_pipeline import MEASURED_PIPELINE, build_for_measurement
@@ -43,11 +43,11 @@ from ..partition.plan import make_plan
 from ..providers import CPUExecutionProvider, TvmExecutionProvider
 from .tasks import TuningTask, extract_tasks
 
-__all__ = ["tune_model", "TuneReport", "TaskResult", "parse_tracker"]
+__all__ = ["tune_model", "TuneReport", "TaskResult", "parse_tracker", "measure_schedules", "rule_digest"]
 
 log = logging.getLogger(__name__)
 
-_STATE = "nxrt_tuning_state.json"
+STATE_FILE = "nxrt_tuning_state.json"
 #: Builder/runner timeouts: MetaSchedule's 30 s default kills builds on a busy 2-core machine.
 _TIMEOUT_S = 300
 #: what `_measure_rules` calls a task's best searched schedule, measured again beside the rule's
@@ -165,8 +165,7 @@ def _measure_rules(
 
     The task's best searched schedule is measured again beside it and recorded once more, so the two that
     compile chooses between have a time from the same run and the same code generation (a baseline goes stale
-    when either changed). One build call and one run call for all of them (each call starts worker processes).
-    Per task: (rule, us, rule digest), or None where no rule
+    when either changed). Per task: (rule, us, rule digest), or None where no rule
     fits or the schedule failed to build or run (logged).
     """
     scheduled = []  # (task, workload, what: a rule's name or _SEARCHED, schedule)
@@ -176,6 +175,31 @@ def _measure_rules(
             searched = _searched_schedule(db, task)
             if searched is not None:
                 scheduled.append((task, searched[0], _SEARCHED, searched[1]))
+    times = measure_schedules(
+        [(task.name, what, sch) for task, _, what, sch in scheduled], target, builder, runner
+    )
+    measured: dict[str, tuple[str, float, str]] = {}
+    for (task, kernel, what, sch), found in zip(scheduled, times):
+        if found is None:
+            continue
+        args, run_secs = found
+        if what == _SEARCHED:
+            db.commit_searched(kernel, sch.trace, run_secs, target, args)
+            continue
+        db.commit_baseline(kernel, sch.trace, run_secs, target, args)
+        measured[task.workload] = (what, mean_us(run_secs), rule_digest(sch))
+    return [measured.get(task.workload) for task, _ in tasks]
+
+
+def measure_schedules(
+    scheduled: Sequence[tuple[str, str, s_tir.Schedule]],
+    target,
+    builder: ms.builder.Builder,
+    runner: ms.runner.Runner,
+) -> list[tuple[list, list] | None]:
+    """Build and run each (kernel name, what, schedule) as MetaSchedule measures a trial: per schedule its
+    (args info, run seconds), or None where it failed to build or run (logged). One build call and one
+    run call for all of them (each call starts worker processes)."""
     built = (
         builder.build([ms.builder.BuilderInput(sch.mod, target) for *_, sch in scheduled])
         if scheduled
@@ -183,42 +207,38 @@ def _measure_rules(
     )
     runnable, inputs = [], []
     device = "cpu" if target.kind.name == "llvm" else target.kind.name
-    for (task, kernel, what, sch), result in zip(scheduled, built):
+    for k, ((name, what, sch), result) in enumerate(zip(scheduled, built)):
         if result.error_msg:
             log.warning(
                 "the %s schedule of %s did not build for measurement: %s",
                 what,
-                task.name,
+                name,
                 result.error_msg.strip().splitlines()[-1],
             )
             continue
         # As MetaSchedule measures its candidates: a layout-rewrite
         # block (packed weights) is not run, its output is the argument.
         args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-        runnable.append((task, kernel, what, sch, args, result.artifact_path))
+        runnable.append((k, name, what, args, result.artifact_path))
         inputs.append(ms.runner.RunnerInput(result.artifact_path, device, args))
-    measured: dict[str, tuple[str, float, str]] = {}
+    measured: list[tuple[list, list] | None] = [None] * len(scheduled)
     try:
         futures = runner.run(inputs) if inputs else []
-        for (task, kernel, what, sch, args, _), future in zip(runnable, futures):
+        for (k, name, what, args, _), future in zip(runnable, futures):
             result = future.result()
             if result.error_msg or not result.run_secs:
                 log.warning(
                     "the %s schedule of %s failed to run for measurement: %s",
                     what,
-                    task.name,
+                    name,
                     (result.error_msg or "no run time").strip().splitlines()[-1],
                 )
                 continue
-            if what == _SEARCHED:
-                db.commit_searched(kernel, sch.trace, result.run_secs, target, args)
-                continue
-            db.commit_baseline(kernel, sch.trace, result.run_secs, target, args)
-            measured[task.workload] = (what, mean_us(result.run_secs), rule_digest(sch))
+            measured[k] = (args, result.run_secs)
     finally:
         for *_, artifact in runnable:
             remove_build_dir(artifact)
-    return [measured.get(task.workload) for task, _ in tasks]
+    return measured
 
 
 def _runner(rpc_tracker: str | None, rpc_key: str | None) -> ms.runner.Runner:
@@ -268,6 +288,7 @@ def tune_model(
     )  # and bad options
     directory = device_log_dir(log_dir, tvm_target)
     directory.mkdir(parents=True, exist_ok=True)
+    write_device_file(directory, tvm_target)  # lets hosts with these ISA features take its records
     sources = list(models) if isinstance(models, (list, tuple)) else [models]
     partitions = []
     for source in sources:
@@ -276,7 +297,7 @@ def tune_model(
         plan = make_plan(graph, providers)
         partitions.extend((graph, p) for p in plan.partitions if p.ep == ep.ep_id)
     tasks = extract_tasks(partitions, tvm_target, ep.lowering)
-    state_path = directory / _STATE
+    state_path = directory / STATE_FILE
     state: dict[str, dict] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     db = TuningDatabase(directory, device_key(tvm_target))
     builder = ms.builder.LocalBuilder(

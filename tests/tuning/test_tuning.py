@@ -14,6 +14,7 @@ import time
 
 import model_zoo
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from parity import assert_parity, ort_run
@@ -45,7 +46,7 @@ def _matmul_model(epilogue: str | None = None):
 
 def _record_applied(variant) -> bool:
     """A kernel ran its tuning record: a searched schedule, or the default rule's where none beat it."""
-    return variant.variant.startswith("tuned") or variant.reason == RULE_KEPT
+    return variant.variant.startswith("tuned") or variant.reason.startswith(RULE_KEPT)
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +204,84 @@ def test_records_apply_to_this_device_only(tuned, tmp_path):
     shutil.copytree(logs / device_key(make_target("llvm")), other / "llvm-x86_64-othercpu-2c-00000000")
     sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(other)}, {}])
     assert not any(_record_applied(v) for k in sess.kernels().values() for v in k.variants())
+
+
+def _key_for(features: frozenset[str], mcpu: str, logs, source) -> str:
+    """Another device's key folder holding `source`'s records, declared as built for `features`."""
+    from nxrt_tvm.lower.device_key import DEVICE_FILE, _digest
+    from nxrt_tvm.lower.target import host_arch
+
+    key = f"llvm-{host_arch()}-{mcpu}-2c-{_digest(features)}"
+    shutil.copytree(source, logs / key)
+    (logs / key / DEVICE_FILE).write_text(json.dumps({"key": key, "features": sorted(features)}))
+    return key
+
+
+def test_records_of_a_compatible_key_apply_with_their_provenance(tuned, tmp_path):
+    """Where this host's key has no records, a key whose ISA features are all here applies (closest
+    first); a key needing one feature more is never applied, however close its name."""
+    from nxrt_tvm.epcontext.codec import decode_node
+    from nxrt_tvm.lower.device_key import compatible_keys
+    from nxrt_tvm.lower.target import hardware_of
+
+    logs, _ = tuned
+    target = make_target("llvm")
+    host = frozenset(hardware_of(target)[1])
+    own = logs / device_key(target)
+    model = _matmul_model()
+    feeds = {"x": np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)}
+
+    wider = tmp_path / "wider"
+    _key_for(host | {"amx-tile"}, str(target.attrs["mcpu"]), wider, own)  # same CPU name, one more feature
+    assert compatible_keys(wider, target) == []
+    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(wider)}, {}])
+    assert not any(_record_applied(v) for k in sess.kernels().values() for v in k.variants())
+
+    fleet = tmp_path / "fleet"
+    narrower = _key_for(host - {sorted(host)[0]}, "othercpu", fleet, own)
+    _key_for(host | {"amx-tile"}, "futurecpu", fleet, own)
+    assert [k.key for k in compatible_keys(fleet, target)] == [narrower]
+    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(fleet)}, {}])
+    (variant,) = [v for k in sess.kernels().values() for v in k.variants()]
+    assert _record_applied(variant) and narrower in f"{variant.variant} {variant.reason}", variant
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+
+    out = tmp_path / "ctx.onnx"
+    nx.compile_model(model, out, tuning_logs=fleet)
+    (node,) = [n for n in onnx.load(str(out)).graph.node if n.op_type == "EPContext"]
+    assert decode_node(node, tmp_path).tuning_sources == (narrower,)
+
+
+def test_revalidate_measures_transferred_records_here_once(tuned, tmp_path, capsys):
+    """--revalidate measures a compatible key's records and the default rule on this host, writes this
+    host's key with both (which compile then prefers), and a second run measures nothing."""
+    from nxrt_tvm.cli import main as cli
+    from nxrt_tvm.lower.target import hardware_of
+    from nxrt_tvm.lower.tuned import TuningDatabase
+    from nxrt_tvm.tuning.revalidate import revalidate
+
+    logs, _ = tuned
+    target = make_target("llvm")
+    fleet = tmp_path / "fleet"
+    source = _key_for(
+        frozenset(hardware_of(target)[1]) - {"64bit"}, "othercpu", fleet, logs / device_key(target)
+    )
+    report = revalidate(log_dir=fleet, progress=False)
+    assert report.sources == (source,) and (report.measured, report.done_before, report.failed) == (1, 0, 0)
+    own = TuningDatabase(fleet / device_key(target), device_key(target))
+    assert own.baseline is not None and len(own.baseline) == 1 and len(own.database) >= 1
+
+    model = _matmul_model()
+    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(fleet)}, {}])
+    (variant,) = [v for k in sess.kernels().values() for v in k.variants()]
+    assert _record_applied(variant) and source not in f"{variant.variant} {variant.reason}", variant
+
+    again = revalidate(log_dir=fleet, progress=False)
+    assert (again.measured, again.done_before) == (0, 1)
+    assert cli(["tune", "--revalidate", "--log-dir", str(fleet), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["measured"] == 0
+    assert cli(["tune", "model.onnx", "--revalidate", "--log-dir", str(fleet)]) == 2
+    assert "takes no model" in capsys.readouterr().err
 
 
 def _variants_with_logs(model, feeds, logs) -> list[str]:

@@ -19,7 +19,13 @@ from .weights import DeviceWeights
 __all__ = ["context_of", "kernel_of"]
 
 
-def context_of(kernel: TvmKernel, source: str, target: tvm.target.Target, tuning_digest: str) -> EpContext:
+def context_of(
+    kernel: TvmKernel,
+    source: str,
+    target: tvm.target.Target,
+    tuning_digest: str,
+    tuning_sources: tuple[str, ...] = (),
+) -> EpContext:
     blob = kernel.blob if kernel.blob is not None else export_executable(kernel.module)
     hardware, features = hardware_of(target)
     return EpContext(
@@ -37,6 +43,7 @@ def context_of(kernel: TvmKernel, source: str, target: tvm.target.Target, tuning
         outputs=tuple(TensorSignature.of(o) for o in kernel.outputs),
         weights=kernel.weight_names,
         tuning_digest=tuning_digest,
+        tuning_sources=tuning_sources,
     )
 
 

@@ -20,7 +20,7 @@ from ...graph.model import GraphView
 from ...lower.build import weight_names
 from ...lower.pipeline import Lowering
 from ...lower.target import hardware_of, target_device
-from ...lower.tuned import open_database
+from ...lower.tuned import open_records
 from ...partition.claims import make_claims, partition_name
 from ...partition.grouping import group_nodes
 from ...partition.node_context import NodeContext
@@ -52,7 +52,7 @@ class TvmExecutionProvider(ExecutionProvider):
         self.lowering = Lowering(
             self.options.passes,
             self.options.schedule_passes,
-            None if tuning_logs is None else open_database(tuning_logs, self.target),
+            None if tuning_logs is None else open_records(tuning_logs, self.target),
             self.options.conv_algorithm,
         )
         self.builder = PartitionBuilder(self.options, self.lowering, self.device)
@@ -222,7 +222,11 @@ class TvmExecutionProvider(ExecutionProvider):
             raise UnsupportedContext(str(self.ep_id), f"cannot save a {type(kernel).__name__}")
         database = self.lowering.database
         return context_of(
-            kernel, str(self.ep_id), self.target, database.digest if database is not None else ""
+            kernel,
+            str(self.ep_id),
+            self.target,
+            database.digest if database is not None else "",
+            database.sources if database is not None else (),
         )
 
     def load_context(
