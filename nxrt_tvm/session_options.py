@@ -115,12 +115,7 @@ class SessionConfig:
             raise InvalidProviderOptions(
                 f"nxrt.context_on_mismatch must be one of {_ON_MISMATCH}, got {mismatch!r}"
             )
-        trusted_keys = tuple(p.strip() for p in re.split("[,;]", entries.get("nxrt.trusted_keys", "")))
-        require_signature = _flag(entries, "nxrt.require_signature")
-        if require_signature and not any(trusted_keys):
-            raise InvalidProviderOptions(
-                "nxrt.require_signature='1' needs nxrt.trusted_keys: the public keys whose signatures count"
-            )
+        trusted_keys = [p.strip() for p in re.split("[,;]", entries.get("nxrt.trusted_keys", ""))]
         return cls(
             context_enable=_flag(entries, "ep.context_enable"),
             context_file_path=entries.get("ep.context_file_path") or None,
@@ -128,6 +123,6 @@ class SessionConfig:
             disable_model_compile=_flag(entries, "session.disable_model_compile"),
             context_on_mismatch=mismatch,
             trusted_keys=tuple(p for p in trusted_keys if p),
-            require_signature=require_signature,
+            require_signature=_flag(entries, "nxrt.require_signature"),
             free_dimension_overrides=tuple(sorted(free_dims.items())),
         )

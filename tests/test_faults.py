@@ -32,9 +32,10 @@ Each row is a test here, or the named test elsewhere (not repeated): fault -> ex
   own checks; also when signatures are not required
   test: tests/epcontext/test_signing.py::test_blob_swapped_after_signing_is_refused,
     test_model_edited_after_signing_is_refused, test_tampered_signed_model_is_refused_even_when_not_required
-- signed manifest edited -> ContextSignatureError (check 'invalid'); a blob it does not list -> 'unlisted'
+- signed manifest edited -> ContextSignatureError (check 'invalid'); a blob it does not list -> 'unlisted';
+  an unreadable .sig -> 'malformed'
   test: tests/epcontext/test_signing.py::test_edited_manifest_is_refused,
-    test_blob_the_manifest_does_not_list_is_refused
+    test_blob_the_manifest_does_not_list_is_refused, test_unreadable_signature_file_is_refused
 - good signature, signatures required -> loads, onnxruntime's numbers; `nxrt-tvm verify` exits 0, else 1
   test: tests/epcontext/test_signing.py::test_good_signature_loads_and_matches_onnxruntime, test_verify_cli
 - corrupt entry in the compile cache -> dropped and rebuilt

@@ -225,6 +225,12 @@ class SignaturePolicy:
     keys: tuple[PublicKey, ...] = ()
     required: bool = False
 
+    def __post_init__(self) -> None:
+        if self.required and not self.keys:  # digests alone authenticate nothing
+            raise InvalidProviderOptions(
+                "nxrt.require_signature='1' needs nxrt.trusted_keys: the public keys whose signatures count"
+            )
+
     @classmethod
     def from_paths(cls, paths: tuple[str, ...], required: bool) -> SignaturePolicy:
         return cls(tuple(load_public_key(p) for p in paths), required)

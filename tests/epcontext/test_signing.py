@@ -6,17 +6,21 @@ checks, so before any native code loads. The model is compiled once per module; 
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 
 import model_zoo
 import onnx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.x509.oid import NameOID
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
 from nxrt_tvm.cli import main
-from nxrt_tvm.epcontext.signing import generate_key, sign_model, signature_path
+from nxrt_tvm.epcontext.signing import generate_key, load_private_key, sign_model, signature_path
 from nxrt_tvm.providers import TvmExecutionProvider
 
 FEEDS = model_zoo.make_inputs("split_model")
@@ -91,6 +95,8 @@ def test_cli_signs_embedded_blobs_with_ed25519(source, keys, tmp_path, capsys):
     sess = nx.InferenceSession(out, _options(keys["ed25519"][1]))
     assert not sess.refused_contexts
     assert_parity(sess.run(None, FEEDS), ort_run(source, FEEDS), rtol=1e-4, atol=1e-5)
+    error = _refusal(out.read_bytes(), _options(keys["ed25519"][1]))  # no file, so no signature beside it
+    assert error.check == "unsigned" and "given as bytes" in str(error)
     model = onnx.load(out)
     model.doc_string = "edited after signing"
     onnx.save(model, out)
@@ -98,6 +104,25 @@ def test_cli_signs_embedded_blobs_with_ed25519(source, keys, tmp_path, capsys):
     assert error.check == "digest" and "digest of embedded.onnx differs from the signed manifest" in str(
         error
     )
+
+
+def test_a_certificate_stands_for_its_key(signed, keys, tmp_path):
+    private = load_private_key(keys["ecdsa"][0])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nxrt-tvm test signer")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(private.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(private, hashes.SHA256())
+    )
+    path = tmp_path / "signer.crt"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    assert not nx.InferenceSession(signed, _options(path)).refused_contexts
 
 
 def test_unsigned_model_is_refused_when_signatures_are_required(signed, keys):
@@ -159,6 +184,24 @@ def test_blob_the_manifest_does_not_list_is_refused(signed, keys):
     sign_model(signed, _blobs(signed)[1:], keys["ecdsa"][0])
     error = _refusal(signed, _options(keys["ecdsa"][1]))
     assert error.check == "unlisted" and f"does not list its blob '{_blobs(signed)[0].name}'" in str(error)
+
+
+def test_unreadable_signature_file_is_refused(signed, keys):
+    signature_path(signed).write_text("{not json")
+    assert _refusal(signed, _options(keys["ecdsa"][1])).check == "malformed"
+
+
+def test_without_source_a_refused_signature_keeps_its_check(source, keys, tmp_path):
+    out = tmp_path / "lean.onnx"
+    nx.compile_model(source, out, keep_source=False, progress=False)  # unsigned
+    error = _refusal(out, _options(keys["ecdsa"][1], on_mismatch="fallback"))
+    assert error.check == "unsigned" and "keeps no source subgraph" in str(error)
+
+
+def test_recompiling_unsigned_removes_the_stale_signature(signed, source):
+    nx.compile_model(source, signed, embed=False, progress=False)
+    assert not signature_path(signed).exists()
+    assert not nx.InferenceSession(signed).refused_contexts
 
 
 @pytest.mark.parametrize("trusted", [True, False])
