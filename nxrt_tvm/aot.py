@@ -83,14 +83,9 @@ def compile_model(
     files = write_context_model(
         graph, plan, contexts, output, embed_mode=1 if embed else 0, keep_source=keep_source
     )
-    signature = (
-        None if key is None else sign_model(Path(output), [f for f in files if f != Path(output)], key)
-    )
-    return CompileReport(
-        Path(output),
-        tuple(files) + ((signature,) if signature is not None else ()),
-        plan,
-        len(compiled),
-        time.perf_counter() - started,
-        signature,
-    )
+    signature = None
+    if key is not None:
+        signature = sign_model(Path(output), [f for f in files if f != Path(output)], key)
+        files.append(signature)
+    seconds = time.perf_counter() - started
+    return CompileReport(Path(output), tuple(files), plan, len(compiled), seconds, signature)
