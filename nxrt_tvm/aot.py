@@ -12,6 +12,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .api.provider import EpConfig, inlined_ops
+from .epcontext.signing import PrivateKey, load_private_key, sign_model
 from .epcontext.writer import write_context_model
 from .graph.model import ModelSource, load_model
 from .partition.plan import PartitionPlan, make_plan
@@ -29,6 +30,7 @@ class CompileReport:
     plan: PartitionPlan
     compiled_partitions: int
     seconds: float
+    signature: Path | None = None
 
     @property
     def bytes_written(self) -> int:
@@ -46,6 +48,7 @@ def compile_model(
     tuning_logs: str | os.PathLike | None = None,
     provider_options: Mapping[str, Any] | None = None,
     progress: bool | None = None,
+    sign: str | os.PathLike | PrivateKey | None = None,
 ) -> CompileReport:
     """Compile every partition the TVM EP claims and write `output` with EPContext nodes.
 
@@ -54,9 +57,12 @@ def compile_model(
     blobs (bound from the model's initializers at load). `keep_source` keeps
     each partition's ONNX subgraph as a model-local function, so hosts that
     cannot load a blob can recompile or fall back. `tuning_logs` applies the
-    records of this target's device key (see `nxrt_tvm.tuning`).
+    records of this target's device key (see `nxrt_tvm.tuning`). `sign` (a PEM private key file or
+    key object, ECDSA P-256 or Ed25519) writes `OUTPUT.sig`, a signature over the model and its blob
+    files that hosts with `nxrt.trusted_keys` check before loading any blob.
     """
     started = time.perf_counter()
+    key = load_private_key(sign) if sign is not None else None  # a bad key fails before the compile
     options = dict(provider_options or {})
     if tuning_logs is not None:
         options["tuning_logs"] = tuning_logs
@@ -77,4 +83,9 @@ def compile_model(
     files = write_context_model(
         graph, plan, contexts, output, embed_mode=1 if embed else 0, keep_source=keep_source
     )
-    return CompileReport(Path(output), tuple(files), plan, len(compiled), time.perf_counter() - started)
+    signature = None
+    if key is not None:
+        signature = sign_model(Path(output), [f for f in files if f != Path(output)], key)
+        files.append(signature)
+    seconds = time.perf_counter() - started
+    return CompileReport(Path(output), tuple(files), plan, len(compiled), seconds, signature)

@@ -308,9 +308,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         keep_source=not args.no_source,
         provider_options=options,
         progress=None if not args.json else False,
+        sign=args.sign,
     )
     summary = {
         "output": str(report.output),
+        "signature": None if report.signature is None else str(report.signature),
         "files": [{"path": str(f), "bytes": f.stat().st_size} for f in report.files],
         "compiled_partitions": report.compiled_partitions,
         "fallback_partitions": len(report.plan.partitions) - report.compiled_partitions,
@@ -324,7 +326,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             f"wrote {report.output}: {report.compiled_partitions} EPContext partitions, "
             f"{summary['fallback_partitions']} fallback partitions, "
             f"{report.bytes_written} bytes in {len(report.files)} file(s), "
-            f"{report.seconds:.2f} s"
+            f"{report.seconds:.2f} s" + (f", signed ({report.signature.name})" if report.signature else "")
         )
     return 0
 
@@ -366,6 +368,46 @@ def _cmd_revalidate(args: argparse.Namespace) -> int:
             f"in {report.seconds:.0f} s -> {report.directory}"
         )
     return 0
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from .epcontext.signing import ECDSA_P256, ED25519, generate_key
+
+    private, public = generate_key(args.output, ED25519 if args.ed25519 else ECDSA_P256)
+    print(
+        f"wrote {private} (private key: keep it secret; compile --sign) and {public} (for nxrt.trusted_keys)"
+    )
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .epcontext.signing import SignaturePolicy, verify_artifacts
+
+    if not args.model.is_file():
+        raise InvalidProviderOptions(f"model file {str(args.model)!r} does not exist")
+    trust = verify_artifacts(args.model, SignaturePolicy.from_paths(tuple(map(str, args.key)), required=True))
+    problem, manifest = trust.problem, trust.manifest
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "verified": problem is None,
+                    "check": None if problem is None else problem.check,
+                    "reason": None if problem is None else f"{problem.reason}; {problem.remedy}",
+                    "key_fingerprint": trust.key_fingerprint or None,
+                    "algorithm": trust.algorithm or None,
+                    "files": [] if problem is not None or manifest is None else dict(manifest.files()),
+                },
+                indent=2,
+            )
+        )
+    elif problem is not None:
+        print(f"{args.model}: NOT verified ({problem.check}): {problem.reason}; {problem.remedy}")
+    else:
+        print(f"{args.model}: verified, signed by {trust.key_fingerprint} ({trust.algorithm})")
+        for name, digest in manifest.files() if manifest is not None else ():
+            print(f"  {name}  sha256 {digest}")
+    return 0 if problem is None else 1
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -578,7 +620,28 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="drop the source subgraphs kept for hosts that cannot load a blob",
     )
+    comp.add_argument(
+        "--sign",
+        type=Path,
+        metavar="KEY",
+        help="sign the model and its blobs with this PEM private key (writes OUT.sig)",
+    )
     comp.set_defaults(func=_cmd_compile)
+    keygen = sub.add_parser("keygen", help="make a key pair for compile --sign and nxrt.trusted_keys")
+    keygen.add_argument(
+        "output",
+        type=Path,
+        help="private key file (e.g. signing.pem); the public key goes beside it (signing.pub.pem)",
+    )
+    keygen.add_argument("--ed25519", action="store_true", help="an Ed25519 key (default: ECDSA P-256)")
+    keygen.set_defaults(func=_cmd_keygen)
+    verify = sub.add_parser("verify", help="check an EPContext model's signature and the files it covers")
+    verify.add_argument("model", type=Path, help="the EPContext model (its .sig beside it)")
+    verify.add_argument(
+        "--key", type=Path, action="append", required=True, help="a trusted PEM public key or certificate"
+    )
+    verify.add_argument("--json", action="store_true", help="machine-readable output")
+    verify.set_defaults(func=_cmd_verify)
     tune = sub.add_parser(
         "tune", help="autotune the TVM partitions for a device (MetaSchedule + XGBoost), resumable"
     )

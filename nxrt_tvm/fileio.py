@@ -44,14 +44,18 @@ def fsync_dir(path: Path) -> None:
 
 @contextmanager
 def atomic_file(
-    path: Path, prefix: str | None = None, publish: Callable[[str], None] | None = None
+    path: Path,
+    prefix: str | None = None,
+    publish: Callable[[str], None] | None = None,
+    mode: int | None = None,
 ) -> Iterator[BinaryIO]:
     """Write `path` through the yielded file; on success it is synced and renamed into place
-    (`publish(tmp)` instead where the caller renames, e.g. under its lock); on failure no temp remains."""
+    (`publish(tmp)` instead where the caller renames, e.g. under its lock); on failure no temp remains.
+    `mode` replaces `open()`'s default (e.g. 0o600 for a private key)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix or f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, new_file_mode())
+        os.fchmod(fd, new_file_mode() if mode is None else mode)
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
@@ -66,6 +70,6 @@ def atomic_file(
         raise
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    with atomic_file(path) as f:
+def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
+    with atomic_file(path, mode=mode) as f:
         f.write(data)

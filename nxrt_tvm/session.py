@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from .api.errors import (
     InputShapeMismatch,
     InputTypeMismatch,
     InvalidFeed,
+    InvalidModel,
     InvalidProviderOptions,
     MissingInput,
     NoEpForOp,
@@ -27,6 +29,7 @@ from .api.provider import EpConfig, ExecutionProvider, inlined_ops
 from .api.tensor import TensorView
 from .epcontext.loader import ResolvedContexts, resolve_contexts
 from .epcontext.registry import build_ep_context_registry
+from .epcontext.signing import SignaturePolicy, check_model
 from .epcontext.writer import write_context_model
 from .graph.model import GraphView, ModelSource, ValueInfo, analyse, override_free_dims, read_model
 from .partition.claims import make_claims
@@ -112,7 +115,14 @@ class InferenceSession:
     ):
         started = time.perf_counter()
         self.config = SessionConfig.parse(sess_options)
-        model, model_dir = read_model(path_or_bytes)
+        path = Path(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        data = _read_file(path) if path is not None and path.is_file() else None
+        model, model_dir = read_model(path_or_bytes, data)  # the bytes the signature is checked on
+        trust = check_model(
+            path,
+            data,
+            SignaturePolicy.from_paths(self.config.trusted_keys, self.config.require_signature),
+        )
         # the user's model as they gave it, for a plan that hands it all to the fallback
         source: bytes | str = path_or_bytes if isinstance(path_or_bytes, bytes) else str(path_or_bytes)
         if isinstance(path_or_bytes, onnx.ModelProto):
@@ -124,7 +134,11 @@ class InferenceSession:
         for ep in self._providers:
             ep.initialize(ep_config)
         contexts = resolve_contexts(
-            model, model_dir, build_ep_context_registry(self._providers), self.config.context_on_mismatch
+            model,
+            model_dir,
+            build_ep_context_registry(self._providers),
+            self.config.context_on_mismatch,
+            trust,
         )
         self._graph = analyse(model, inline=inlined_ops(self._providers))
         fixed, preloaded = self._context_partitions(contexts)
@@ -382,3 +396,10 @@ def _check_shape(name: str, want_shape: Sequence[Any], shape: tuple[int, ...], b
                 f"input {name!r}: dimension {axis} ({want!r}) is {got}, "
                 f"but {want!r} was {bound[want]} in another input"
             )
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:  # unreadable (permissions, a vanished file): a bad model path, said as such
+        raise InvalidModel(f"cannot read model file {str(path)!r}: {exc}") from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,11 @@ CONFIG_KEYS = {
     "nxrt.context_on_mismatch": (
         "'error' (default), 'recompile' or 'fallback' for blobs this host cannot load"
     ),
+    "nxrt.trusted_keys": (
+        "PEM public keys or X.509 certificates whose signatures count (`compile --sign`): paths, ',' or ';'"
+        " separated"
+    ),
+    "nxrt.require_signature": "'1': load no blob of a model that a trusted key has not signed",
 }
 
 _ON_MISMATCH = ("error", "recompile", "fallback")
@@ -71,6 +77,8 @@ class SessionConfig:
     context_embed_mode: int = 1
     disable_model_compile: bool = False
     context_on_mismatch: str = "error"
+    trusted_keys: tuple[str, ...] = ()
+    require_signature: bool = False
     free_dimension_overrides: tuple[tuple[str, int], ...] = ()
 
     @classmethod
@@ -107,11 +115,14 @@ class SessionConfig:
             raise InvalidProviderOptions(
                 f"nxrt.context_on_mismatch must be one of {_ON_MISMATCH}, got {mismatch!r}"
             )
+        trusted_keys = [p.strip() for p in re.split("[,;]", entries.get("nxrt.trusted_keys", ""))]
         return cls(
             context_enable=_flag(entries, "ep.context_enable"),
             context_file_path=entries.get("ep.context_file_path") or None,
             context_embed_mode=int(embed),
             disable_model_compile=_flag(entries, "session.disable_model_compile"),
             context_on_mismatch=mismatch,
+            trusted_keys=tuple(p for p in trusted_keys if p),
+            require_signature=_flag(entries, "nxrt.require_signature"),
             free_dimension_overrides=tuple(sorted(free_dims.items())),
         )

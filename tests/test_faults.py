@@ -22,6 +22,22 @@ Each row is a test here, or the named test elsewhere (not repeated): fault -> ex
 - other TVM / format version, other target, CPU features, unsafe or missing path, unknown source
   -> typed ContextRejected / NoEpForContext
   test: tests/epcontext/test_refusals.py
+- signatures required, model unsigned -> ContextSignatureError (check 'unsigned'); with
+  nxrt.context_on_mismatch=fallback it runs its source on onnxruntime, no blob loaded
+  test: tests/epcontext/test_signing.py::test_unsigned_model_is_refused_when_signatures_are_required,
+    test_unsigned_model_with_fallback_runs_its_source
+- signed by a key not in nxrt.trusted_keys -> ContextSignatureError (check 'untrusted')
+  test: tests/epcontext/test_signing.py::test_signature_by_an_untrusted_key_is_refused
+- blob swapped / model edited after signing -> ContextSignatureError (check 'digest'), before the blob's
+  own checks; also when signatures are not required
+  test: tests/epcontext/test_signing.py::test_blob_swapped_after_signing_is_refused,
+    test_model_edited_after_signing_is_refused, test_tampered_signed_model_is_refused_even_when_not_required
+- signed manifest edited -> ContextSignatureError (check 'invalid'); a blob it does not list -> 'unlisted';
+  an unreadable .sig -> 'malformed'
+  test: tests/epcontext/test_signing.py::test_edited_manifest_is_refused,
+    test_blob_the_manifest_does_not_list_is_refused, test_unreadable_signature_file_is_refused
+- good signature, signatures required -> loads, onnxruntime's numbers; `nxrt-tvm verify` exits 0, else 1
+  test: tests/epcontext/test_signing.py::test_good_signature_loads_and_matches_onnxruntime, test_verify_cli
 - corrupt entry in the compile cache -> dropped and rebuilt
   test: tests/epcontext/test_compile_cache.py::test_corrupt_entry_is_dropped_and_rebuilt
 - two processes compiling into one cache dir -> one entry, same results

@@ -36,6 +36,7 @@ __all__ = [
     "ContextTargetMismatch",
     "ContextVersionMismatch",
     "ContextPathError",
+    "ContextSignatureError",
 ]
 
 
@@ -176,6 +177,10 @@ class ContextRejected(EpError):
         self.partition, self.reason, self.remedy = partition, reason, remedy
         super().__init__(f"EPContext partition {partition!r} refused: {reason}; {remedy}")
 
+    def with_remedy(self, remedy: str) -> ContextRejected:
+        """The same refusal with another remedy (where the mismatch policy cannot rescue it)."""
+        return type(self)(self.partition, self.reason, remedy)
+
 
 class ContextIntegrityError(ContextRejected):
     """The blob's bytes are not the ones that were compiled (sha256 or size differs, truncated, swapped)."""
@@ -191,3 +196,18 @@ class ContextVersionMismatch(ContextRejected):
 
 class ContextPathError(ContextRejected):
     """An external blob path is absolute, leaves the model's folder, or is missing."""
+
+
+class ContextSignatureError(ContextRejected):
+    """The model's signature does not vouch for the blob, so it may not load (a signed model is refused as
+    soon as anything it covers changed). `check` says which check failed: 'unsigned' (no signature file),
+    'untrusted' (signed by a key not in nxrt.trusted_keys), 'invalid' (the signature does not verify),
+    'digest' (a file differs from the signed manifest), 'unlisted' (the manifest does not list a blob),
+    'malformed' (the signature file is unreadable)."""
+
+    def __init__(self, partition: str, reason: str, remedy: str, check: str):
+        self.check = check
+        super().__init__(partition, reason, remedy)
+
+    def with_remedy(self, remedy: str) -> ContextSignatureError:
+        return type(self)(self.partition, self.reason, remedy, self.check)

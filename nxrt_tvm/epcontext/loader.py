@@ -18,6 +18,7 @@ from ..api.provider import ExecutionProvider
 from .codec import decode_node, is_ep_context
 from .record import EpContext
 from .registry import EpContextRegistry
+from .signing import ModelTrust
 from .writer import SOURCE_DOMAIN
 
 __all__ = ["ResolvedContexts", "resolve_contexts", "source_nodes", "restore_sources"]
@@ -65,11 +66,16 @@ def restore_sources(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def resolve_contexts(
-    model: onnx.ModelProto, model_dir: Path | None, registry: EpContextRegistry, on_mismatch: str
+    model: onnx.ModelProto,
+    model_dir: Path | None,
+    registry: EpContextRegistry,
+    on_mismatch: str,
+    trust: ModelTrust,
 ) -> ResolvedContexts:
     """Load every EPContext node through its EP; rewrite `model` in place where the policy restores source.
 
-    `load_context` checks each blob before loading it, so a refusal here means no native code was loaded.
+    Each blob is checked against the model's signature (`trust`), then by `load_context` against the
+    host, before it is loaded, so a refusal here means no native code was loaded.
     """
     initializers = {t.name: t for t in model.graph.initializer}
     resolved = ResolvedContexts()
@@ -81,6 +87,7 @@ def resolve_contexts(
         ctx = decode_node(node, model_dir)
         ep = registry.route(ctx.source)
         try:
+            trust.check(ctx)
             resolved.loaded[node.name] = (ctx, ep, ep.load_context(ctx, initializers))
             new_nodes.append(node)
             continue
@@ -88,9 +95,8 @@ def resolve_contexts(
             source = source_nodes(model, ctx.partition_name)
             if on_mismatch == "error" or source is None:
                 if source is None and on_mismatch != "error":
-                    raise type(exc)(
-                        exc.partition, exc.reason, "this model keeps no source subgraph for it; " + exc.remedy
-                    ) from None
+                    remedy = "this model keeps no source subgraph for it; " + exc.remedy
+                    raise exc.with_remedy(remedy) from None
                 raise
             log.warning("%s; running its source subgraph instead (%s)", exc, on_mismatch)
             resolved.refused.append(exc)

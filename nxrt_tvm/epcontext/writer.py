@@ -21,6 +21,7 @@ from ..graph.model import GraphView
 from ..partition.plan import PartitionPlan
 from .codec import EP_CONTEXT_DOMAIN, encode_node
 from .record import EpContext
+from .signing import signature_path
 
 __all__ = ["SOURCE_DOMAIN", "write_context_model", "external_blob_name"]
 
@@ -110,6 +111,7 @@ def write_context_model(
     for entry in model.metadata_props:
         result.metadata_props.append(entry)
     onnx.checker.check_model(result)
+    signature_path(out).unlink(missing_ok=True)  # an older model's signature would refuse this one
     atomic_write(out, result.SerializeToString())
     written.append(out)
     return written

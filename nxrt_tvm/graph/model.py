@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+from onnx.external_data_helper import load_external_data_for_model
 
 from ..api.errors import InvalidModel
 from ..api.registry import normalize_domain
@@ -203,17 +204,25 @@ class GraphView:
         return tuple(inputs), tuple(outputs)
 
 
-def read_model(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
-    """The model proto (external data loaded) and the folder it came from (None for bytes/protos)."""
+def read_model(source: ModelSource, data: bytes | None = None) -> tuple[onnx.ModelProto, Path | None]:
+    """The model proto (external data loaded) and the folder it came from (None for bytes/protos).
+
+    `data`: the file's bytes, already read (and checked, e.g. against a signature): parsed instead of
+    reading the file again, which could have changed since.
+    """
     if isinstance(source, onnx.ModelProto):
         return source, None
     try:
         if isinstance(source, bytes):
             return onnx.load_model_from_string(source), None
         path = Path(source)
-        if not path.is_file():
-            raise InvalidModel(f"model file {str(path)!r} does not exist")
-        return onnx.load(str(path), load_external_data=True), path.parent
+        if data is None:
+            if not path.is_file():
+                raise InvalidModel(f"model file {str(path)!r} does not exist")
+            return onnx.load(str(path), load_external_data=True), path.parent
+        model = onnx.load_model_from_string(data)
+        load_external_data_for_model(model, str(path.parent))
+        return model, path.parent
     except InvalidModel:
         raise
     except Exception as exc:  # protobuf and external-data errors have no common base
