@@ -26,7 +26,7 @@ from .partition.plan import make_plan
 from .runtime.ort_session import ort_session
 from .session import InferenceSession
 from .session_options import SessionOptions
-from .timing import interleaved_medians
+from .timing import PhaseTimes, interleaved_medians, phase, record_phases
 
 __all__ = ["main"]
 
@@ -103,6 +103,15 @@ def _add_model_args(p: argparse.ArgumentParser, tuning: bool = True) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _add_timings_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timings",
+        action="store_true",
+        help="where the time to the plan or session went: per phase (claim checks, proof builds, "
+        "bisection, Relax import, passes, schedules, codegen, export), per TVM partition, and the builds",
+    )
+
+
 def _tvm_variants(providers) -> dict[str, list]:
     for ep in providers:
         if getattr(ep, "variants", None) is not None:
@@ -118,11 +127,53 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from .session import _make_providers
 
     providers = _make_providers(*_provider_args(args))
-    graph = load_model(_model(args), free_dims=_dims(args), inline=inlined_ops(providers))
-    plan = make_plan(graph, providers)
+    started = time.perf_counter()
+    with record_phases() as times:
+        with phase("load"):
+            graph = load_model(_model(args), free_dims=_dims(args), inline=inlined_ops(providers))
+        with phase("plan"):
+            plan = make_plan(graph, providers)
+    seconds = time.perf_counter() - started
     variants = _tvm_variants(providers)
-    print(json.dumps(plan.to_json(graph, variants), indent=2) if args.json else plan.format(graph, variants))
+    report = plan.to_json(graph, variants)
+    if args.timings:
+        report["timings"] = _timings(times, seconds, providers)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(plan.format(graph, variants))
+    if args.timings:
+        _print_timings(report["timings"])
     return 0
+
+
+def _timings(times: PhaseTimes, seconds: float, providers) -> dict:
+    """Where the time to a plan (or a session) went: per phase, per TVM partition, and the builds."""
+    builder = next((ep.builder for ep in providers if hasattr(ep, "builder")), None)
+    return {
+        "total_s": round(seconds, 3),
+        "phases": times.to_json(),
+        "partitions_s": {} if builder is None else {k: round(v, 3) for k, v in builder.seconds.items()},
+        "builds": {} if builder is None else dict(builder.stats),
+    }
+
+
+def _print_timings(timings: dict) -> None:
+    print(f"\ntimings: {timings['total_s']:.2f} s in all")
+    for path, t in timings["phases"].items():
+        depth = path.count("/")
+        calls = f" x{t['calls']}" if t["calls"] > 1 else ""
+        print(f"  {t['seconds']:9.3f} s  {'  ' * depth}{path.rsplit('/', 1)[-1]}{calls}")
+    if timings["partitions_s"]:
+        print("  per TVM partition (proof: cache, build, bisection):")
+        for name, s in sorted(timings["partitions_s"].items(), key=lambda kv: -kv[1]):
+            print(f"  {s:9.3f} s  {name}")
+    builds = timings["builds"]
+    print(
+        f"  builds: {builds.get('builds', 0)} ({builds.get('bisections', 0)} bisected), "
+        f"cache hits {builds.get('cache_hits', 0)}, "
+        f"failures remembered {builds.get('failures_remembered', 0)}"
+    )
 
 
 def random_feeds(graph: GraphView, dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
@@ -224,6 +275,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "plan": sess.plan.to_json(sess.graph, sess.kernel_variants()),
         "session_load_s": round(sess.load_seconds, 4),
     }
+    if args.timings:
+        providers = [sess.provider(ep) for ep in sess.get_providers()]
+        report["timings"] = _timings(sess.compile_times, sess.load_seconds, providers)
     ok = True
     if not args.check:
         outputs = sess.run(None, feed_sets[0][1])
@@ -263,6 +317,8 @@ def _print_run(sess: InferenceSession, report: dict, args: argparse.Namespace) -
     print(f"model: {report['model']}")
     print(sess.plan.format(sess.graph, sess.kernel_variants()))
     print(f"session ready in {sess.load_seconds:.3f} s (partition + compile)")
+    if args.timings:
+        _print_timings(report["timings"])
     for name, shape in report.get("outputs", {}).items():
         print(f"output {name}: shape {shape}")
     if not args.check:
@@ -594,9 +650,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="show which EP claims which subgraph, and every decline")
     _add_model_args(plan)
+    _add_timings_arg(plan)
     plan.set_defaults(func=_cmd_plan)
     run = sub.add_parser("run", help="compile and run a model on given or random inputs")
     _add_model_args(run)
+    _add_timings_arg(run)
     run.add_argument("--inputs", type=Path, help=".npz file of inputs, keyed by input name")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--check", action="store_true", help="compare with onnxruntime and time both")

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from .api.claim import Cost, SubgraphClaim
+from .api.device import EpId
 from .api.errors import (
     InputShapeMismatch,
     InputTypeMismatch,
@@ -38,7 +39,7 @@ from .partition.plan import PartitionPlan, make_plan
 from .providers import EP_REGISTRY, FALLBACK_EP
 from .providers.cpu import CPUExecutionProvider, OrtKernel
 from .session_options import SessionConfig
-from .timing import median_seconds
+from .timing import PhaseTimes, median_seconds, phase, record_phases
 
 __all__ = ["InferenceSession", "NodeArg", "PartitionTime", "DEFAULT_PROVIDERS"]
 
@@ -114,35 +115,53 @@ class InferenceSession:
         provider_options: Sequence[dict] | None = None,
     ):
         started = time.perf_counter()
+        #: where session creation spent its time, per phase (`timing.PhaseTimes`; `nxrt-tvm run --timings`)
+        self.compile_times = PhaseTimes()
+        with record_phases(self.compile_times):
+            self._create(path_or_bytes, sess_options, providers, provider_options)
+        self.load_seconds = time.perf_counter() - started
+        log.info("session ready in %.3f s: %s", self.load_seconds, self.plan.nodes_by_ep())
+
+    def _create(
+        self,
+        path_or_bytes: ModelSource,
+        sess_options: Any,
+        providers: Sequence[Any] | None,
+        provider_options: Sequence[dict] | None,
+    ) -> None:
         self.config = SessionConfig.parse(sess_options)
-        path = Path(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
-        data = _read_file(path) if path is not None and path.is_file() else None
-        model, model_dir = read_model(path_or_bytes, data)  # the bytes the signature is checked on
-        trust = check_model(
-            path,
-            data,
-            SignaturePolicy.from_paths(self.config.trusted_keys, self.config.require_signature),
-        )
-        # the user's model as they gave it, for a plan that hands it all to the fallback
-        source: bytes | str = path_or_bytes if isinstance(path_or_bytes, bytes) else str(path_or_bytes)
-        if isinstance(path_or_bytes, onnx.ModelProto):
-            source = model.SerializeToString()
-            model = onnx.ModelProto.FromString(source)  # never edit the caller's proto
-        override_free_dims(model, dict(self.config.free_dimension_overrides))
+        with phase("read"):
+            path = Path(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+            data = _read_file(path) if path is not None and path.is_file() else None
+            model, model_dir = read_model(path_or_bytes, data)  # the bytes the signature is checked on
+            trust = check_model(
+                path,
+                data,
+                SignaturePolicy.from_paths(self.config.trusted_keys, self.config.require_signature),
+            )
+            # the user's model as they gave it, for a plan that hands it all to the fallback
+            source: bytes | str = path_or_bytes if isinstance(path_or_bytes, bytes) else str(path_or_bytes)
+            if isinstance(path_or_bytes, onnx.ModelProto):
+                source = model.SerializeToString()
+                model = onnx.ModelProto.FromString(source)  # never edit the caller's proto
+            override_free_dims(model, dict(self.config.free_dimension_overrides))
         self._providers = _make_providers(providers, provider_options)
         ep_config = EpConfig(compile_disabled=self.config.disable_model_compile)
         for ep in self._providers:
             ep.initialize(ep_config)
-        contexts = resolve_contexts(
-            model,
-            model_dir,
-            build_ep_context_registry(self._providers),
-            self.config.context_on_mismatch,
-            trust,
-        )
-        self._graph = analyse(model, inline=inlined_ops(self._providers))
+        with phase("EPContext load"):
+            contexts = resolve_contexts(
+                model,
+                model_dir,
+                build_ep_context_registry(self._providers),
+                self.config.context_on_mismatch,
+                trust,
+            )
+        with phase("analyse"):
+            self._graph = analyse(model, inline=inlined_ops(self._providers))
         fixed, preloaded = self._context_partitions(contexts)
-        self.plan: PartitionPlan = make_plan(self._graph, self._providers, fixed)
+        with phase("plan"):
+            self.plan: PartitionPlan = make_plan(self._graph, self._providers, fixed)
         by_id = {p.ep_id: p for p in self._providers}
         # A partition none of whose results is read (dead code in the model) is neither compiled nor run.
         self._live = [p for p in self.plan.partitions if p.outputs]
@@ -152,20 +171,9 @@ class InferenceSession:
                 ep.initialize(replace(ep_config, shares_cores=False))
         whole = fallback_only and len(self._live) == 1 and not (contexts.loaded or contexts.fallback_nodes)
         self._kernels: list[Kernel] = []
-        for partition in self._live:
-            kernel = preloaded.get(partition.name)
-            if kernel is None and whole:
-                kernel = self._whole_model_kernel(by_id[partition.ep], source)
-            if kernel is None:
-                try:
-                    kernel = by_id[partition.ep].compile(self._graph, partition)
-                except NoEpForOp as exc:  # the last EP could not run it either: say why every EP refused
-                    declined = [str(d) for d in self.plan.declines if d.node == exc.node]
-                    raise NoEpForOp(
-                        exc.node, exc.domain, exc.op_type, exc.opset, declined + exc.reasons
-                    ) from exc
-            kernel.prepare()
-            self._kernels.append(kernel)
+        with phase("kernels"):
+            for partition in self._live:
+                self._kernels.append(self._kernel(partition, preloaded, by_id, source if whole else None))
         self._inputs = {i.name: i for i in self._graph.inputs}
         self._input_dtypes = {i.name: i.dtype for i in self._graph.inputs}  # dtype is computed per call
         self._output_names = [o.name for o in self._graph.outputs]
@@ -173,9 +181,29 @@ class InferenceSession:
         self._release_after = self._lifetimes()
         self.refused_contexts = list(contexts.refused)
         if self.config.context_enable:
-            self._write_context_model(path_or_bytes)
-        self.load_seconds = time.perf_counter() - started
-        log.info("session ready in %.3f s: %s", self.load_seconds, self.plan.nodes_by_ep())
+            with phase("EPContext save"):
+                self._write_context_model(path_or_bytes)
+
+    def _kernel(
+        self,
+        partition: SubgraphClaim,
+        preloaded: dict[str, Kernel],
+        by_id: dict[EpId, ExecutionProvider],
+        whole_source: bytes | str | None,
+    ) -> Kernel:
+        """The partition's kernel, prepared: loaded from its EPContext, the user's own model where the
+        fallback runs it all (`whole_source`), else compiled by its EP."""
+        kernel = preloaded.get(partition.name)
+        if kernel is None and whole_source is not None:
+            kernel = self._whole_model_kernel(by_id[partition.ep], whole_source)
+        if kernel is None:
+            try:
+                kernel = by_id[partition.ep].compile(self._graph, partition)
+            except NoEpForOp as exc:  # the last EP could not run it either: say why every EP refused
+                declined = [str(d) for d in self.plan.declines if d.node == exc.node]
+                raise NoEpForOp(exc.node, exc.domain, exc.op_type, exc.opset, declined + exc.reasons) from exc
+        kernel.prepare()
+        return kernel
 
     def _whole_model_kernel(self, fallback: ExecutionProvider, source: bytes | str) -> Kernel | None:
         """The fallback's session over the user's own model (None where onnxruntime refuses it as given,

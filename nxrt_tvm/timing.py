@@ -1,17 +1,35 @@
-"""Median wall time of a call: the one timing loop the CLI, cost-aware claims and benchmarks share.
+"""Wall time: the one timing loop the CLI, cost-aware claims and benchmarks share, and where compile time
+goes.
 
 Comparisons time their candidates in interleaved rounds (`interleaved_medians`): on a shared
 machine the clock and the neighbours change over seconds, and timing one candidate after the
 other puts that drift into the ratio.
+
+`record_phases` collects, while it is active, the wall time of every `phase` (nested phases
+under their parent's name: ``plan/build/codegen``) and how often each ran; `mark_phase` starts
+the next of several consecutive steps inside one (the lowering pipeline's passes). Outside a
+recording both cost nothing but a context-variable read.
 """
 
 from __future__ import annotations
 
+import contextvars
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
-__all__ = ["median_seconds", "interleaved_medians"]
+__all__ = [
+    "median_seconds",
+    "interleaved_medians",
+    "PhaseTimes",
+    "record_phases",
+    "phase",
+    "mark_phase",
+    "add_phases",
+]
 
 
 def median_seconds(
@@ -53,3 +71,86 @@ def interleaved_medians(
         for name, fn in fns.items():
             samples[name].append(median_seconds(fn, repeat, warmup=warmup if k == 0 else 0, budget_s=share))
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+@dataclass
+class PhaseTimes:
+    """Seconds and calls per phase path (``"plan/build/codegen"``), inclusive of the phases under it."""
+
+    seconds: Counter = field(default_factory=Counter)
+    calls: Counter = field(default_factory=Counter)
+    _stack: list[str] = field(default_factory=list, repr=False)
+    _marked: list[tuple[str, float] | None] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> dict[str, dict[str, float]]:
+        return {p: {"seconds": round(s, 4), "calls": self.calls[p]} for p, s in sorted(self.seconds.items())}
+
+
+_CLOCK: contextvars.ContextVar[PhaseTimes | None] = contextvars.ContextVar("nxrt_tvm_phases", default=None)
+
+
+@contextmanager
+def record_phases(times: PhaseTimes | None = None) -> Iterator[PhaseTimes]:
+    """Collect the phases run inside the block (into `times`, or a new record)."""
+    times = PhaseTimes() if times is None else times
+    token = _CLOCK.set(times)
+    try:
+        yield times
+    finally:
+        _CLOCK.reset(token)
+
+
+def _open(times: PhaseTimes, name: str) -> tuple[str, float]:
+    times._stack.append(name)
+    path = "/".join(times._stack)
+    times.calls[path] += 1
+    return path, time.perf_counter()
+
+
+def _close_mark(times: PhaseTimes) -> None:
+    marked = times._marked[-1] if times._marked else None
+    if marked is not None:
+        path, started = marked
+        times.seconds[path] += time.perf_counter() - started
+        times._stack.pop()
+        times._marked[-1] = None
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Time the block as `name`, under the phase it runs in (nothing when no recording is active)."""
+    times = _CLOCK.get()
+    if times is None:
+        yield
+        return
+    path, started = _open(times, name)
+    times._marked.append(None)
+    try:
+        yield
+    finally:
+        _close_mark(times)
+        times._marked.pop()
+        times.seconds[path] += time.perf_counter() - started
+        times._stack.pop()
+
+
+def mark_phase(name: str) -> None:
+    """End the current step of the enclosing phase and start step `name` (it ends with the phase)."""
+    times = _CLOCK.get()
+    if times is None or not times._marked:
+        return
+    _close_mark(times)
+    times._marked[-1] = _open(times, name)
+
+
+def add_phases(other: Mapping[str, tuple[float, int]]) -> None:
+    """Add phases timed elsewhere (a forked build's), as ``{path: (seconds, calls)}``, under the current
+    phase."""
+    times = _CLOCK.get()
+    if times is None:
+        return
+    prefix = "/".join(times._stack)
+    for path, (seconds, calls) in other.items():
+        key = f"{prefix}/{path}" if prefix else path
+        times.seconds[key] += seconds
+        times.calls[key] += calls

@@ -21,6 +21,22 @@ def test_plan_json_on_bundled_model(capsys):
     assert "Celu" not in plan["partitions"][0]["op_types"] and "Elu" in plan["partitions"][0]["op_types"]
 
 
+def test_plan_timings_say_where_compile_time_went(capsys, tmp_path):
+    """Per phase (a forked build's own phases under its build), per partition, and the build counts."""
+    path = tmp_path / "cnn.onnx"
+    onnx.save(model_zoo.cnn(), path)
+    assert main(["plan", str(path), "--timings", "--json"]) == 0
+    timings = json.loads(capsys.readouterr().out)["timings"]
+    phases = {p: t["seconds"] for p, t in timings["phases"].items()}
+    for step in ("relax import", "lower/relax passes", "lower/schedules", "lower/codegen", "export"):
+        assert f"plan/proof builds/build/{step}" in phases, sorted(phases)
+    assert phases["plan/proof builds/build"] >= phases["plan/proof builds/build/lower"] > 0
+    assert timings["total_s"] >= phases["plan"] + phases["load"] - 1e-3  # (each rounded)
+    assert timings["builds"]["builds"] == 1 and len(timings["partitions_s"]) == 1
+    assert main(["plan", str(path), "--timings"]) == 0
+    assert "proof builds" in capsys.readouterr().out
+
+
 def test_plan_json_names_the_decline(capsys, tmp_path):
     path = tmp_path / "split.onnx"
     onnx.save(model_zoo.split_model(), path)

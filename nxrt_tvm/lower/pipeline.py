@@ -26,6 +26,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda
 
 from ..api.kernel import KernelVariant
+from ..timing import mark_phase
 from . import schedules
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
@@ -324,16 +325,31 @@ def lowering_passes(
     tuned = [ApplyTuningRecords(lowering.database)] if lowering.database is not None else []
     notes = variants if variants is not None else []
     return [
+        _step("relax passes"),
         *lowering.user_passes,
         *fusion_passes(target, lowering),
+        _step("schedules"),
         *tuned,
         *schedule,
+        _step("relax passes"),
         *fold_layouts,
         _record(notes),  # after the layout rewrites, which rename the kernels they split (`..._prepacked`)
         _empty_constants_allocated(),  # after the last FoldConstant
         *backend.dataflow_lower_passes(target),
         *backend.finalize_passes(target),
+        _step("codegen"),  # what tvm.compile does after this pipeline: VM code, TIR passes, LLVM
     ]
+
+
+def _step(name: str) -> tvm.transform.Pass:
+    """A pass that only says the lowering has reached step `name` (`timing.mark_phase`)."""
+
+    @tvm.transform.module_pass(opt_level=0, name=f"nxrt_tvm.step.{name.replace(' ', '_')}")
+    def step(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        mark_phase(name)
+        return mod
+
+    return step
 
 
 def lowering_pipeline(

@@ -7,6 +7,7 @@ from `built`, so a partition is built once per session.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -20,13 +21,14 @@ from ...api.kernel import KernelVariant
 from ...epcontext.cache import CompileCache, cache_key
 from ...epcontext.record import FORMAT_VERSION
 from ...graph.model import GraphView
-from ...lower.build import compile_partition, locate_failure, partition_model
+from ...lower.build import check_shapes, compile_partition, locate_failure, partition_model
 from ...lower.pipeline import Lowering, codegen_digest
 from ...lower.target import tvm_device
 from ...partition.claims import partition_name
 from ...runtime.artifact import export_executable, load_executable
 from ...runtime.isolate import fork_available, run_isolated
 from ...runtime.measure import PartitionTiming
+from ...timing import add_phases, phase, record_phases
 from .options import TvmOptions
 
 __all__ = ["PartitionBuilder"]
@@ -63,6 +65,8 @@ class PartitionBuilder:
         #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
         self.variants: dict[str, list[KernelVariant]] = {}
         self.stats: Counter[str] = Counter()
+        #: per partition proven this session, the seconds its proof took (cache, build, bisection)
+        self.seconds: dict[str, float] = {}
 
     def prove(self, graph: GraphView, group: tuple[int, ...]) -> dict[int, DeclineSignal]:
         """Build `group` (or find it in the cache); on failure, the node whose addition breaks the build.
@@ -71,10 +75,19 @@ class PartitionBuilder:
         so a warm cache neither rebuilds nor re-bisects it; an interrupted build (timeout, killed, no
         compiler) is not a property of the partition and is never remembered."""
         name = partition_name(graph, group, "tvm")
-        key = self.cache_key(graph, group, name) if self.cache is not None else None
+        started = time.perf_counter()
+        try:
+            with phase("proof builds"):
+                return self._prove(graph, group, name)
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def _prove(self, graph: GraphView, group: tuple[int, ...], name: str) -> dict[int, DeclineSignal]:
+        with phase("cache lookup"):
+            key = self.cache_key(graph, group, name) if self.cache is not None else None
+            entry = self.cache.get(key) if key is not None else None
         order = sorted(group)
         if key is not None:
-            entry = self.cache.get(key)
             if entry is not None and "failure" in entry.meta:
                 failure = entry.meta["failure"]
                 position = failure.get("position")
@@ -83,7 +96,8 @@ class PartitionBuilder:
                         self.stats["failures_remembered"] += 1
                         return {order[position]: _build_rejected(str(failure.get("message")))}
             elif entry is not None:  # built and proven before; the cache verified its sha256
-                self.built[name] = (load_executable(entry.blob, name), entry.blob)
+                with phase("load"):
+                    self.built[name] = (load_executable(entry.blob, name), entry.blob)
                 self.variants[name] = [KernelVariant(*v) for v in entry.meta.get("variants", [])]
                 self.entries[name] = (key, entry.meta)
                 self.stats["cache_hits"] += 1
@@ -101,9 +115,10 @@ class PartitionBuilder:
         variants: list[KernelVariant] = []
         try:
             executable, blob = attempt(list(group), variants)
-        except CompileFailed:
+        except CompileFailed as failed:
             self.stats["bisections"] += 1
-            culprit, message = locate_failure(group, attempt)
+            with phase("bisection"):
+                culprit, message = self._locate(graph, group, name, attempt, str(failed))
         else:
             if key is not None:
                 blob = blob if blob is not None else export_executable(executable)
@@ -121,6 +136,29 @@ class PartitionBuilder:
             failure = {"position": order.index(culprit), "op_type": graph.nodes[culprit].op_type}
             self.cache.put(key, b"", {"partition": name, "failure": failure | {"message": message}})
         return {culprit: _build_rejected(message)}
+
+    def _locate(self, graph: GraphView, group, name: str, attempt, failure: str) -> tuple[int, str]:
+        """The node whose addition breaks the build, and why: bisected by imports where an import shows the
+        failure (a shape Relax loses), else by builds. Either way every claim left is proven by a build."""
+
+        def imports(nodes: list[int]) -> None:
+            with phase("shape check"):
+                if self.isolate:  # an import can crash TVM too
+                    run_isolated(
+                        lambda: check_shapes(graph, nodes, name), f"an import of {name}", self.timeout_s
+                    )
+                else:
+                    check_shapes(graph, nodes, name)
+
+        try:
+            imports(list(group))
+        except CompileInterrupted:  # no answer from the import: bisect by builds
+            return locate_failure(group, attempt)
+        except CompileFailed:
+            self.stats["bisections_by_import"] += 1
+            culprit, lost = locate_failure(group, imports)
+            return culprit, f"{failure} ({lost})"
+        return locate_failure(group, attempt)
 
     def remembered_timing(self, name: str) -> tuple[bool, PartitionTiming | None]:
         """(found, timing) stored with a cached partition (the key holds the target, threads included); a
@@ -151,20 +189,36 @@ class PartitionBuilder:
         """(module, blob) of a node set: built in a forked child
         and loaded here when isolated (blob set), else in process."""
         self.stats["builds"] += 1
+        with phase("build"):
+            return self._build(graph, nodes, name, weights, variants)
+
+    def _build(
+        self,
+        graph: GraphView,
+        nodes: Sequence[int],
+        name: str,
+        weights: Sequence[str],
+        variants: list[KernelVariant] | None,
+    ) -> Built:
         if not self.isolate:
             return compile_partition(graph, nodes, name, self.target, self.lowering, weights, variants), None
 
-        def child() -> tuple[bytes, list[KernelVariant]]:
+        def child() -> tuple[bytes, list[KernelVariant], dict[str, tuple[float, int]]]:
             notes: list[KernelVariant] = []
-            executable = compile_partition(graph, nodes, name, self.target, self.lowering, weights, notes)
-            return export_executable(executable), notes
+            with record_phases() as times:
+                executable = compile_partition(graph, nodes, name, self.target, self.lowering, weights, notes)
+                with phase("export"):
+                    blob = export_executable(executable)
+            return blob, notes, {p: (s, times.calls[p]) for p, s in times.seconds.items()}
 
-        blob, notes = run_isolated(child, f"partition {name} ({len(nodes)} nodes)", self.timeout_s)
+        blob, notes, times = run_isolated(child, f"partition {name} ({len(nodes)} nodes)", self.timeout_s)
+        add_phases(times)  # the child's own phases (import, passes, schedules, codegen, export)
         if variants is not None:
             variants[:] = notes
         # A compile-only host (CUDA code, no GPU) cannot load
         # the library; the blob still goes into EPContexts.
-        return (load_executable(blob, name) if self.device.exist else None), blob
+        with phase("load"):
+            return (load_executable(blob, name) if self.device.exist else None), blob
 
     def cache_key(self, graph: GraphView, group: tuple[int, ...], name: str) -> str:
         """Everything that shapes the compiled code: partition

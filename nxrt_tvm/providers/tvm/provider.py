@@ -27,6 +27,7 @@ from ...partition.node_context import NodeContext
 from ...partition.tvm_rules import FUNCTION_OPS, check_group, check_node
 from ...runtime.kernel import TvmKernel
 from ...runtime.measure import measure_partition
+from ...timing import phase
 from .builder import PartitionBuilder
 from .context import context_of, kernel_of
 from .cost import judge_cost
@@ -87,15 +88,16 @@ class TvmExecutionProvider(ExecutionProvider):
         skip = {n for group in taken for n in group}
         accepted: set[int] = set()
         declines: list[Decline] = []
-        for i in range(len(graph.nodes)):
-            if i in skip:
-                continue
-            ctx = NodeContext(graph, i, self.target_features)
-            try:
-                self.check_node(ctx)
-                accepted.add(i)
-            except DeclineSignal as signal:
-                declines.append(self._decline(ctx, signal))
+        with phase("claim checks"):
+            for i in range(len(graph.nodes)):
+                if i in skip:
+                    continue
+                ctx = NodeContext(graph, i, self.target_features)
+                try:
+                    self.check_node(ctx)
+                    accepted.add(i)
+                except DeclineSignal as signal:
+                    declines.append(self._decline(ctx, signal))
         if accepted and self.config.compile_disabled:
             first = graph.nodes[min(accepted)]
             raise CompileDisabled(
@@ -166,7 +168,8 @@ class TvmExecutionProvider(ExecutionProvider):
         if not remembered:
             built = self.builder.built.get(name)
             if built is not None and built[0] is not None and self.device.type is DeviceType.CPU:
-                timing = measure_partition(graph, group, name, built[0], self.options.cost_budget_s)
+                with phase("measure against onnxruntime"):
+                    timing = measure_partition(graph, group, name, built[0], self.options.cost_budget_s)
                 self.builder.remember_timing(name, timing)
         costs[group], slower = judge_cost(self.options.claim_policy, len(group), timing, remembered, whole)
         return slower
