@@ -163,6 +163,7 @@ def _timing():
     path = Path(next(iter(package.submodule_search_locations))) / "timing.py"
     spec = importlib.util.spec_from_file_location("_nxrt_tvm_timing", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -190,35 +190,29 @@ class PartitionBuilder:
         and loaded here when isolated (blob set), else in process."""
         self.stats["builds"] += 1
         with phase("build"):
-            return self._build(graph, nodes, name, weights, variants)
+            if not self.isolate:
+                return compile_partition(
+                    graph, nodes, name, self.target, self.lowering, weights, variants
+                ), None
 
-    def _build(
-        self,
-        graph: GraphView,
-        nodes: Sequence[int],
-        name: str,
-        weights: Sequence[str],
-        variants: list[KernelVariant] | None,
-    ) -> Built:
-        if not self.isolate:
-            return compile_partition(graph, nodes, name, self.target, self.lowering, weights, variants), None
+            def child() -> tuple[bytes, list[KernelVariant], dict[str, tuple[float, int]]]:
+                notes: list[KernelVariant] = []
+                with record_phases() as times:
+                    executable = compile_partition(
+                        graph, nodes, name, self.target, self.lowering, weights, notes
+                    )
+                    with phase("export"):
+                        blob = export_executable(executable)
+                return blob, notes, {p: (s, times.calls[p]) for p, s in times.seconds.items()}
 
-        def child() -> tuple[bytes, list[KernelVariant], dict[str, tuple[float, int]]]:
-            notes: list[KernelVariant] = []
-            with record_phases() as times:
-                executable = compile_partition(graph, nodes, name, self.target, self.lowering, weights, notes)
-                with phase("export"):
-                    blob = export_executable(executable)
-            return blob, notes, {p: (s, times.calls[p]) for p, s in times.seconds.items()}
-
-        blob, notes, times = run_isolated(child, f"partition {name} ({len(nodes)} nodes)", self.timeout_s)
-        add_phases(times)  # the child's own phases (import, passes, schedules, codegen, export)
-        if variants is not None:
-            variants[:] = notes
-        # A compile-only host (CUDA code, no GPU) cannot load
-        # the library; the blob still goes into EPContexts.
-        with phase("load"):
-            return (load_executable(blob, name) if self.device.exist else None), blob
+            blob, notes, times = run_isolated(child, f"partition {name} ({len(nodes)} nodes)", self.timeout_s)
+            add_phases(times)  # the child's own phases (import, passes, schedules, codegen, export)
+            if variants is not None:
+                variants[:] = notes
+            # A compile-only host (CUDA code, no GPU) cannot load
+            # the library; the blob still goes into EPContexts.
+            with phase("load"):
+                return (load_executable(blob, name) if self.device.exist else None), blob
 
     def cache_key(self, graph: GraphView, group: tuple[int, ...], name: str) -> str:
         """Everything that shapes the compiled code: partition
