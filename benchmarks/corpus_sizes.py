@@ -30,7 +30,7 @@ SIZES: dict[str, dict[str, str]] = {
     "lstm_text": {"batch": "1,2", "seq": "1,8,64"},
     "gru_frames": {"batch": "1,2", "frames": "1,7,100"},
     "conv1d_audio": {"batch": "1,2", "samples": "1,4001,16000"},
-    "silero_vad_16k_op15": {"batch": "1,2"},
+    "silero_vad_16k_op15": {"batch": "1,2", "sequence": "576,1088"},
     "magika_v3_3": {"unk__214": "1,3"},
     "vit_tiny": {"batch": "1,2"},
     "whisper_encoder_tiny": {"batch": "1,2"},
