@@ -134,15 +134,31 @@ def check_shapes(graph: GraphView, nodes: Sequence[int], name: str) -> None:
                     )
 
 
-def locate_failure(nodes: Sequence[int], attempt: Callable[[list[int]], object]) -> tuple[int, str]:
+def locate_failure(
+    nodes: Sequence[int], attempt: Callable[[list[int]], object], guess: int | None = None
+) -> tuple[int, str]:
     """The first node whose addition makes `attempt` (import, build, ...) fail, and the failure.
 
-    `attempt(nodes)` must already fail for the whole set. Bisects over
-    topological prefixes, so it costs O(log n) attempts.
+    `attempt(nodes)` must already fail for the whole set. Bisects over topological prefixes, so it costs
+    O(log n) attempts; a `guess` (a node found by a cheaper attempt) is tried first, and where it is the
+    culprit two attempts confirm it.
     """
     order = sorted(nodes)
     lo, hi = 1, len(order)  # the prefix of length hi fails; find the shortest failing prefix
     failure = ""
+    if guess is not None:
+        for k in (
+            order.index(guess) + 1,
+            order.index(guess),
+        ):  # the prefix ending at the guess, then before it
+            if not lo <= k < hi:
+                continue
+            try:
+                attempt(order[:k])
+                lo = k + 1
+                break
+            except CompileFailed as exc:
+                hi, failure = k, str(exc)
     while lo < hi:
         mid = (lo + hi) // 2
         try:

@@ -138,8 +138,9 @@ class PartitionBuilder:
         return {culprit: _build_rejected(message)}
 
     def _locate(self, graph: GraphView, group, name: str, attempt, failure: str) -> tuple[int, str]:
-        """The node whose addition breaks the build, and why: bisected by imports where an import shows the
-        failure (a shape Relax loses), else by builds. Either way every claim left is proven by a build."""
+        """The node whose addition breaks the build, and why. Where an import shows the failure (a shape
+        Relax loses), imports bisect to a guess, which two builds confirm (the first lost shape is not
+        always the first node that breaks the build); else builds bisect."""
 
         def imports(nodes: list[int]) -> None:
             with phase("shape check"):
@@ -156,8 +157,9 @@ class PartitionBuilder:
             return locate_failure(group, attempt)
         except CompileFailed:
             self.stats["bisections_by_import"] += 1
-            culprit, lost = locate_failure(group, imports)
-            return culprit, f"{failure} ({lost})"
+            guess, lost = locate_failure(group, imports)
+            culprit, message = locate_failure(group, attempt, guess)
+            return culprit, f"{message} ({lost})" if culprit == guess else message
         return locate_failure(group, attempt)
 
     def remembered_timing(self, name: str) -> tuple[bool, PartitionTiming | None]:
