@@ -26,9 +26,8 @@ from tvm.s_tir import meta_schedule as ms
 from ..lower.device_key import DEFAULT_LOG_DIR, compatible_keys, device_key, device_log_dir, write_device_file
 from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
-from ..lower.tir_pipeline import build_for_measurement
 from ..lower.tuned import TuningDatabase, replay
-from .tune import _TIMEOUT_S, STATE_FILE, _runner, measure_schedules
+from .tune import STATE_FILE, measure_schedules, measurers
 
 __all__ = ["revalidate", "RevalidateReport"]
 
@@ -90,14 +89,13 @@ def revalidate(
     """Measure the compatible keys' records and the default rules on this host; commit them under its key."""
     started = time.perf_counter()
     tvm_target = make_target(target)
-    runner = _runner(rpc_tracker, rpc_key)
+    builder, runner = measurers(rpc_tracker, rpc_key)
     log_dir = Path(log_dir)
     directory = device_log_dir(log_dir, tvm_target)
     directory.mkdir(parents=True, exist_ok=True)
     write_device_file(directory, tvm_target)
     own = TuningDatabase(directory, device_key(tvm_target))
     todo, done, sources = _workloads(log_dir, tvm_target, own)
-    builder = ms.builder.LocalBuilder(timeout_sec=_TIMEOUT_S, f_build=build_for_measurement)
     measured = failed = 0
     show = None if progress is None else not progress
     bar = tqdm(total=len(todo), desc=f"revalidating for {own.key}", unit="kernel", disable=show)

@@ -43,7 +43,15 @@ from ..partition.plan import make_plan
 from ..providers import CPUExecutionProvider, TvmExecutionProvider
 from .tasks import TuningTask, extract_tasks
 
-__all__ = ["tune_model", "TuneReport", "TaskResult", "parse_tracker", "measure_schedules", "rule_digest"]
+__all__ = [
+    "tune_model",
+    "TuneReport",
+    "TaskResult",
+    "parse_tracker",
+    "measurers",
+    "measure_schedules",
+    "rule_digest",
+]
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +249,13 @@ def measure_schedules(
     return measured
 
 
+def measurers(rpc_tracker: str | None, rpc_key: str | None) -> tuple[ms.builder.Builder, ms.runner.Runner]:
+    """The builder (as compile builds) and runner (here, or on the device behind the RPC tracker) that
+    tuning and revalidation measure schedules with."""
+    builder = ms.builder.LocalBuilder(timeout_sec=_TIMEOUT_S, f_build=build_for_measurement)
+    return builder, _runner(rpc_tracker, rpc_key)
+
+
 def _runner(rpc_tracker: str | None, rpc_key: str | None) -> ms.runner.Runner:
     if rpc_tracker is None:
         return ms.runner.LocalRunner(timeout_sec=_TIMEOUT_S)
@@ -280,7 +295,7 @@ def tune_model(
         raise InvalidProviderOptions(f"trials must be >= 1, got {trials}")
     started = time.perf_counter()
     tvm_target = make_target(target)
-    runner = _runner(rpc_tracker, rpc_key)  # bad RPC arguments fail before anything is written
+    builder, runner = measurers(rpc_tracker, rpc_key)  # bad RPC arguments fail before anything is written
     # Every partition TVM can build is tuned: one the default rules run slower than onnxruntime is what
     # tuning is for (sessions judge it again with its records).
     ep = TvmExecutionProvider(
@@ -300,9 +315,6 @@ def tune_model(
     state_path = directory / STATE_FILE
     state: dict[str, dict] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     db = TuningDatabase(directory, device_key(tvm_target))
-    builder = ms.builder.LocalBuilder(
-        timeout_sec=_TIMEOUT_S, f_build=build_for_measurement
-    )  # as compile builds
     show = None if progress is None else not progress
 
     # 1. The default rules' schedules: the baseline records, and where the weighted
