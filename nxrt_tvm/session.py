@@ -171,13 +171,14 @@ class InferenceSession:
                 ep.initialize(replace(ep_config, shares_cores=False))
         whole = fallback_only and len(self._live) == 1 and not (contexts.loaded or contexts.fallback_nodes)
         self._kernels: list[Kernel] = []
+        #: the fallback's session over the user's own model, where it runs the whole plan (`run` calls it)
+        self._whole: OrtKernel | None = None
         with phase("kernels"):
             for partition in self._live:
                 self._kernels.append(self._kernel(partition, preloaded, by_id, source if whole else None))
         self._inputs = {i.name: i for i in self._graph.inputs}
         self._input_dtypes = {i.name: i.dtype for i in self._graph.inputs}  # dtype is computed per call
         self._output_names = [o.name for o in self._graph.outputs]
-        self._whole = self._kernels[0] if whole and isinstance(self._kernels[0], OrtKernel) else None
         self._release_after = self._lifetimes()
         self.refused_contexts = list(contexts.refused)
         if self.config.context_enable:
@@ -195,7 +196,7 @@ class InferenceSession:
         fallback runs it all (`whole_source`), else compiled by its EP."""
         kernel = preloaded.get(partition.name)
         if kernel is None and whole_source is not None:
-            kernel = self._whole_model_kernel(by_id[partition.ep], whole_source)
+            kernel = self._whole = self._whole_model_kernel(by_id[partition.ep], whole_source)
         if kernel is None:
             try:
                 kernel = by_id[partition.ep].compile(self._graph, partition)
@@ -205,7 +206,7 @@ class InferenceSession:
         kernel.prepare()
         return kernel
 
-    def _whole_model_kernel(self, fallback: ExecutionProvider, source: bytes | str) -> Kernel | None:
+    def _whole_model_kernel(self, fallback: ExecutionProvider, source: bytes | str) -> OrtKernel | None:
         """The fallback's session over the user's own model (None where onnxruntime refuses it as given,
         e.g. a declared dim of -1 our loader normalises: the extracted partition runs then)."""
         if not isinstance(fallback, CPUExecutionProvider):

@@ -158,6 +158,27 @@ def test_a_model_onnxruntime_refuses_as_given_says_which_node_no_ep_runs():
         nx.InferenceSession(model, providers=["CPUExecutionProvider"])
 
 
+def test_a_model_onnxruntime_refuses_as_given_runs_from_the_normalised_copy():
+    """Two nodes of one name: onnxruntime refuses the file, our loader renames them, so the fallback runs
+    the normalised copy through the general path (which takes only the inputs the graph uses)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"], name="n"), helper.make_node("Neg", ["a"], ["y"], name="n")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("unused", TensorProto.FLOAT, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = nx.InferenceSession(model, providers=["CPUExecutionProvider"])
+    x = np.array([-1.0, 2.0], np.float32)
+    (y,) = sess.run(None, {"x": x, "unused": x})
+    np.testing.assert_array_equal(y, -np.maximum(x, 0))
+
+
 def test_intermediates_are_released_after_last_use():
     sess = nx.InferenceSession(model_zoo.cycle_trap())
     released = {name for names in sess._release_after for name in names}
