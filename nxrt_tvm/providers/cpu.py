@@ -44,7 +44,7 @@ class OrtKernel(Kernel):
         self.output_names = tuple(o.name for o in self._session.get_outputs())
         #: onnxruntime hands float8 outputs back as raw integers: their declared types, to view them as
         self._declared = tuple(declared)
-        self._declared_views = tuple(d is not None and d.kind == "V" for d in self._declared)
+        self._any_view = any(d is not None and d.kind == "V" for d in self._declared)
         self.device = device
 
     def run_host(self, output_names: Sequence[str], feeds: dict[str, Any]) -> list[Any]:
@@ -55,7 +55,7 @@ class OrtKernel(Kernel):
             outputs = self._session.run(output_names, feeds)
         except Exception as exc:
             raise KernelFailed(f"onnxruntime failed on {self.output_names}: {exc}") from exc
-        if not any(self._declared_views):
+        if not self._any_view:
             return outputs
         declared = dict(zip(self.output_names, self._declared))
         return [
