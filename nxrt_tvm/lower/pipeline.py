@@ -28,6 +28,7 @@ from tvm.relax.backend.cuda import pipeline as cuda
 from ..api.kernel import KernelVariant
 from ..timing import mark_phase
 from . import schedules
+from .fold_constants import with_bulk_folding
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
 from .strict import own_pass
@@ -126,7 +127,7 @@ def layout_passes(target: tvm.target.Target) -> tuple[list[tvm.transform.Pass], 
         return [], []
     return [relax.transform.AttachAttrLayoutFreeBuffers()], [
         _split_layout_rewrites(),
-        relax.transform.FoldConstant(),
+        *with_bulk_folding([relax.transform.FoldConstant()]),
     ]
 
 
@@ -244,7 +245,7 @@ def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) ->
     return [
         *backend.library_dispatch_passes(target),
         *pre_legalize,
-        *backend.legalize_passes(target),
+        *with_bulk_folding(backend.legalize_passes(target)),
         *mark_layout_free,
     ]
 

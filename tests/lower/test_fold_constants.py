@@ -1,0 +1,116 @@
+"""Constant kernels are evaluated in one build per round, to the module TVM's `FoldConstant` makes.
+
+Numerics: the folded values are compared exactly (the same kernels run on the same constants), and the
+compiled model against onnxruntime with rtol=atol=1e-5.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+import nxrt_tvm as nx
+from nxrt_tvm.frontend import import_onnx
+from nxrt_tvm.lower import schedules
+from nxrt_tvm.lower.fold_constants import fold_constant_calls
+from nxrt_tvm.lower.target import make_target
+
+RNG = np.random.default_rng(3)
+TARGET = make_target("llvm")
+CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def _model() -> onnx.ModelProto:
+    """Two convs whose weights are computed from constants (a scaled weight: folded, then transposed
+    to NHWC in a second round) and clipped activations (their bounds are constant `where`s)."""
+    inits = {
+        "w1": RNG.standard_normal((8, 4, 3, 3)).astype(np.float32),
+        "b1": RNG.standard_normal(8).astype(np.float32),
+        "w2": RNG.standard_normal((6, 8, 1, 1)).astype(np.float32),
+        "s2": RNG.uniform(0.5, 1.5, (6, 1, 1, 1)).astype(np.float32),
+        "lo": np.array(0.0, np.float32),
+        "hi": np.array(6.0, np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Clip", ["y", "lo", "hi"], ["c"]),
+        helper.make_node("Mul", ["w2", "s2"], ["w2s"]),
+        helper.make_node("Conv", ["c", "w2s"], ["z"], kernel_shape=[1, 1]),
+        helper.make_node("Clip", ["z", "lo", "hi"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 9, 9])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 6, 9, 9])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _legalized() -> tvm.IRModule:
+    with TARGET:
+        passes = [
+            *schedules.pre_legalize_passes(TARGET),
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+        ]
+        return tvm.transform.Sequential(passes)(import_onnx(_model()))
+
+
+def _constant_calls(mod: tvm.IRModule) -> int:
+    count = 0
+
+    def visit(expr) -> None:
+        nonlocal count
+        if isinstance(expr, relax.Call) and expr.op == CALL_TIR:
+            count += all(isinstance(a, tvm.ir.GenericConst) for a in expr.args[1].fields)
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return count
+
+
+def test_constant_kernels_fold_in_one_build_per_round(monkeypatch: pytest.MonkeyPatch):
+    mod = _legalized()
+    assert _constant_calls(mod) >= 4  # weight/bias layouts and the clip bounds
+    stock = relax.transform.FoldConstant()(mod)
+
+    builds: list[int] = []
+    build = tvm.tirx.build
+
+    def counted(kernels, *args, **kwargs):
+        builds.append(len(kernels.functions))
+        return build(kernels, *args, **kwargs)
+
+    monkeypatch.setattr(tvm.tirx, "build", counted)
+    ours = fold_constant_calls()(mod)
+    monkeypatch.undo()
+
+    assert _constant_calls(ours) == 0
+    # the scaled weight is computed in round 1 and transposed in round 2; each round is one build
+    assert len(builds) == 2 and builds[0] >= 4, builds
+    # FoldConstant after it finds nothing left, and the result is the one FoldConstant makes alone
+    tvm.ir.assert_structural_equal(
+        relax.transform.FoldConstant()(ours)["main"], stock["main"], map_free_vars=True
+    )
+
+
+def test_a_model_with_folded_weights_matches_onnxruntime():
+    model = _model()
+    x = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    session = nx.InferenceSession(
+        model.SerializeToString(),
+        providers=[("TvmExecutionProvider", {"claim_policy": "all"}), "CPUExecutionProvider"],
+    )
+    assert [str(p.ep) for p in session.plan.partitions] == ["TvmExecutionProvider"]
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-5)
