@@ -18,10 +18,13 @@ unsafe on shapes that only the user's input decides:
 - `Range` over a size (`Range(0, seq, 1)`, position ids): TVM's length is a
   fresh var unrelated to `seq`, so `[batch, seq] + [len]` does not build; ours
   is an expression of `seq`.
-- `Add`, `Sub`, `Mul`, `Div`, `Where` with an operand of clamped size
-  (`table[:seq]` is `min(seq, 64)` long) against `seq`: Relax cannot prove the
-  two equal and the build fails; ours checks them equal at run time (a
-  too-long input raises, see `_resolve_clamped`).
+- `Add`, `Sub`, `Mul`, `Div`, `Pow`, `Where`, `Concat` with operand sizes
+  Relax cannot prove equal: a clamped size (`table[:seq]` is `min(seq, 64)`
+  long) against `seq`, an upsampled map (`2 * ceil(h / 32)`) against a skip
+  connection (`ceil(h / 16)`), `unk__24` against 384. The result's shape is
+  unknown and the build fails; ours checks the sizes at run time, as
+  onnxruntime does (equal, or 1 where the op broadcasts; a mismatch raises),
+  and gives the result the size that decides it (see `_resolve_sizes`).
 - `BitShift` by an amount outside [0, bits) (run-time amounts): undefined in
   LLVM, garbage on AVX2; ours gives ONNX's 0 or sign fill.
 - `Max`, `Min`, `Sum`, `Mean` of tensors: TVM broadcasts, stacks and reduces
@@ -126,8 +129,9 @@ def _guard_func(dtype: str, message: str) -> tirx.PrimFunc:
 
 
 def _dims(expr: relax.Expr) -> list | None:
+    """A tensor's dims, None where unknown (no shape, or a shape that is itself a run-time value)."""
     shape = getattr(expr.ty, "shape", None)
-    return None if shape is None else list(shape)
+    return list(shape.values) if isinstance(shape, relax.ShapeExpr) else None
 
 
 def _shown(dims: list) -> str:
@@ -178,22 +182,24 @@ def _describe(op: str, attr: dict) -> str:
     return "{} node {!r}".format(*_node(op, attr))
 
 
-# -- broadcasts against a clamped size ------------------------------------------------------
+# -- operand sizes Relax cannot relate ------------------------------------------------------
 #
 # An ONNX Slice of a table by a run-time length (transformers' position ids,
 # `position_ids[:, :seq]`) has the size `min(seq, 64)`: the end is clamped to the
 # table, as ONNX says. Added to a `[batch, seq, 64]` tensor, Relax cannot tell
 # whether `min(seq, 64)` broadcasts against `seq` or equals it, so the `add` keeps
 # an unknown shape: every shape computation after it is a run-time `shape_of`, and
-# the build fails ("CodeGenVM cannot emit this Relax operator directly").
+# the build fails ("CodeGenVM cannot emit this Relax operator directly"). So do an
+# FPN's upsampled map (`2 * ((h - 1) // 32 + 1)`) concatenated with or added to its
+# skip connection (`(h - 1) // 16 + 1`), which are equal only where h is a multiple
+# of 32, and a YOLO head's anchors against its predictions.
 #
-# The two sizes are equal wherever the model is valid: for `seq <= c` they are the
-# same, and for `seq > c` neither is 1 (c > 1), so the broadcast is invalid and
-# onnxruntime refuses it. The clamped operand therefore goes through a size check,
-# a copy kernel of its own from the clamped shape to the unclamped one that
-# asserts the two are equal: a too-long input raises a typed error, as onnxruntime
-# does, instead of reading past the table. (A Relax `match_cast` says the same, but
-# TVM 0.27 recurses without end on it in FuseTIR and other passes: a segfault.)
+# onnxruntime checks such sizes when it runs. So do we: each operand whose size
+# Relax cannot prove to be the result's goes through a size check, a copy kernel of
+# its own to the result's shape that asserts the sizes match (or that the operand's
+# is 1, where the op broadcasts): a mismatch raises a typed error naming the node, as
+# onnxruntime does, instead of reading past the data. (A Relax `match_cast` says the
+# same, but TVM 0.27 recurses without end on it in FuseTIR and other passes: a segfault.)
 
 _ANALYZER = sym.Analyzer()
 
@@ -208,20 +214,29 @@ def _clamp_of(dim: tirx.PrimExpr, other: tirx.PrimExpr) -> bool:
     return False
 
 
-#: what a failed size check says (the session reports it as the kernel's error)
+#: what a failed size check says, after the node (the session reports it as the kernel's error)
 SIZE_CHECK_MESSAGE = (
-    "nxrt-size-check: a size clamped to a table's length (a Slice by a run-time length) is broadcast "
-    "against the unclamped size, which is longer than the table: the input is too long for this model"
+    "nxrt-size-check: {node}: operand sizes that must match (or be 1 where the op broadcasts) differ "
+    "at run time, as onnxruntime refuses them too: a size clamped to a table's length (a Slice by a "
+    "run-time length) means the input is too long for this model; an upsampled map against a skip "
+    "connection means the input's height or width is not a multiple of the model's stride"
 )
 
 
-def _size_check(rank: int, dtype: str) -> tirx.PrimFunc:
-    """A copy of an [a0..] tensor to [b0..] that asserts a_i == b_i (opaque to fusion, scheduled as is)."""
+def _size_check(rank: int, dtype: str, broadcast: tuple[bool, ...], node: str) -> tirx.PrimFunc:
+    """A copy of an [a0..] tensor to [b0..] that asserts a_i == b_i, or a_i == 1 on the axes that
+    `broadcast` (read at index 0 there). Opaque to fusion (its assert stays in a kernel of its own)."""
     ins = [f"a{k}" for k in range(rank)]
     outs = [f"b{k}" for k in range(rank)]
     loops = [f"i{k}" for k in range(rank)]
     axes = [f"v{k}" for k in range(rank)]
-    same = " and ".join(f"{a} == {b}" for a, b in zip(ins, outs)) or "True"
+    same = " and ".join(
+        f"({a} == {b} or {a} == 1)" if wide else f"{a} == {b}" for a, b, wide in zip(ins, outs, broadcast)
+    )
+    read = [
+        f"T.if_then_else({a} == 1, T.int64(0), {v})" if wide else v
+        for a, v, wide in zip(ins, axes, broadcast)
+    ]
     source = "\n".join(
         [
             "@T.prim_func(private=True, s_tir=True)",
@@ -231,45 +246,91 @@ def _size_check(rank: int, dtype: str) -> tirx.PrimFunc:
             *(f"    {d} = T.int64()" for d in ins + outs),
             f"    A = T.match_buffer(a, ({', '.join(ins)},), {dtype!r})",
             f"    B = T.match_buffer(b, ({', '.join(outs)},), {dtype!r})",
-            f"    assert {same}, {SIZE_CHECK_MESSAGE!r}",
+            f"    assert {same or 'True'}, {SIZE_CHECK_MESSAGE.format(node=node)!r}",
             f"    for {', '.join(loops)} in T.grid({', '.join(outs)}):",
             '        with T.sblock("size_check"):',
             f"            {', '.join(axes)} = T.axis.remap({'S' * rank!r}, [{', '.join(loops)}])",
-            f"            B[{', '.join(axes)}] = A[{', '.join(axes)}]",
+            f"            B[{', '.join(axes)}] = A[{', '.join(read)}]",
         ]
     )
     return tvm.script.from_source(source)
 
 
-def _resolve_clamped(bb: relax.BlockBuilder, inputs: list) -> list:
-    """`inputs` with every operand whose dim is `min(n, c)` where another's is `n` checked and cast to `n`."""
+def _is_one(dim: tirx.PrimExpr) -> bool:
+    return isinstance(dim, tirx.IntImm) and int(dim) == 1
+
+
+def _never_one(dim: tirx.PrimExpr) -> bool:
+    """Whether `dim` cannot be 1 (a constant > 1, `2 * h`): an operand of that size fixes the result's."""
+    return _ANALYZER.can_prove(tirx.NE(dim, tirx.IntImm(str(dim.ty.dtype), 1)))
+
+
+def _result_size(dims: list, broadcast: bool) -> tirx.PrimExpr:
+    """The size operands of sizes `dims` (not all provably equal) give the result wherever the op is valid.
+
+    Without broadcasting any operand's. With it, a size that cannot be 1 (the others must equal it or be 1),
+    or `n` against `min(n, c)` (1 only where `n` is); else ONNX's rule as an expression, the first size that
+    is not 1 (`select(a == 1, b, a)`)."""
+    if not broadcast:
+        return dims[0]
+    for dim in dims:
+        if _never_one(dim):
+            return dim
+    for dim in dims:
+        if all(_ANALYZER.can_prove_equal(d, dim) or _clamp_of(d, dim) for d in dims):
+            return dim
+    size = dims[0]
+    for dim in dims[1:]:
+        size = tirx.Select(tirx.EQ(size, tirx.IntImm(str(size.ty.dtype), 1)), dim, size)
+    return size
+
+
+def _resolve_sizes(
+    bb: relax.BlockBuilder, inputs: list, node: str, broadcast: bool = True, axis: int | None = None
+) -> list:
+    """`inputs` with every operand whose size on an axis Relax cannot prove equal to the others' (so the op's
+    result shape would be unknown and its build fail) checked at run time and cast to the result's size
+    (`_size_check`). `axis` (Concat's) is left as it is; without `broadcast` sizes must be equal."""
     shapes = [
         _dims(x) if isinstance(x, relax.Expr) and isinstance(x.ty, relax.TensorType) else None for x in inputs
     ]
     ranked = [s for s in shapes if s is not None]
+    if len(ranked) < 2:
+        return inputs
+    rank = max(len(s) for s in ranked)
+    skipped = None if axis is None else rank - axis % rank  # counted from the last axis, as below
+    sizes: dict[int, tirx.PrimExpr] = {}
+    for back in range(1, rank + 1):
+        dims = [s[-back] for s in ranked if back <= len(s) and not (broadcast and _is_one(s[-back]))]
+        if back == skipped or all(_ANALYZER.can_prove_equal(d, dims[0]) for d in dims[1:]):
+            continue
+        sizes[back] = _result_size(dims, broadcast)
     out = list(inputs)
     for i, shape in enumerate(shapes):
         if shape is None:
             continue
         resolved = list(shape)
-        for axis in range(1, len(shape) + 1):
-            for other in ranked:
-                if axis <= len(other) and _clamp_of(shape[-axis], other[-axis]):
-                    resolved[-axis] = other[-axis]
+        for back, size in sizes.items():
+            if back <= len(shape) and not (broadcast and _is_one(shape[-back])):
+                if not _ANALYZER.can_prove_equal(shape[-back], size):
+                    resolved[-back] = size
         if any(not r.same_as(d) for r, d in zip(resolved, shape)):
             dtype = str(inputs[i].ty.dtype.dtype)
-            check = bb.add_func(_size_check(len(shape), dtype), "nxrt_size_check")
+            wide = tuple(broadcast and not r.same_as(d) for r, d in zip(resolved, shape))
+            check = bb.add_func(_size_check(len(shape), dtype, wide, node), "nxrt_size_check")
             out[i] = bb.normalize(relax.call_tir(check, (inputs[i],), relax.TensorType(resolved, dtype)))
     return out
 
 
-def _broadcast_resolved(base: type) -> type:
-    """`base`'s converter with operands of clamped sizes resolved first (`_resolve_clamped`)."""
+def _sizes_resolved(base: type, broadcast: bool = True) -> type:
+    """`base`'s converter with operand sizes Relax cannot relate checked at run time (`_resolve_sizes`)."""
 
     def convert(impl):
         @classmethod
         def _impl(cls, bb, inputs, attr, params):
-            return impl.__func__(cls, bb, _resolve_clamped(bb, list(inputs)), attr, params)
+            axis = None if broadcast else int(attr.get("axis", 0))
+            resolved = _resolve_sizes(bb, list(inputs), _describe(base.__name__, attr), broadcast, axis)
+            return impl.__func__(cls, bb, resolved, attr, params)
 
         return _impl
 
@@ -441,16 +502,31 @@ def _is_empty_const(expr: relax.Expr | None) -> bool:
 class _Resize(onnx_frontend.Resize):
     """TVM's Resize-18 for Resize 11 and 13: same inputs (X, roi, scales, sizes) and attributes, less
     the three 18 added (their defaults are the earlier behaviour). Resize 11's coordinate mode
-    tf_half_pixel_for_nn, removed in 13, is declined by the claim rule."""
+    tf_half_pixel_for_nn, removed in 13, is declined by the claim rule.
+
+    Whole-number scales (an FPN's 2x upsampling) give integer sizes: TVM sizes a symbolic axis
+    `int64(2.0f * float32(h))`, which Relax cannot relate to `h` (the skip connection it is added to
+    then has a size Relax cannot prove equal, see `_resolve_sizes`); `2 * h` is the same for every h
+    below 2**24, the sizes that scale is also computed from."""
 
     @classmethod
     def _impl_v11(cls, bb, inputs, attr, params):
         inputs = list(inputs)
         if len(inputs) > 3 and _is_empty_const(inputs[2]):  # Resize-11's scales is required: empty with sizes
             inputs[2] = None
-        return onnx_frontend.Resize._impl_v18.__func__(cls, bb, inputs, attr, params)
+        return cls._impl_v18(bb, inputs, attr, params)
 
     _impl_v13 = _impl_v11
+
+    @classmethod
+    def _impl_v18(cls, bb, inputs, attr, params):
+        inputs = list(inputs)
+        scales = onnx_frontend.get_constant(inputs[2], params) if len(inputs) > 2 else None
+        if isinstance(scales, tvm.ir.GenericConst):
+            values = scales.value.numpy()
+            if values.size and np.all(values >= 1) and np.all(values == np.round(values)):
+                inputs[2] = relax.ShapeExpr([int(v) for v in values])  # TVM's converter takes these as ints
+        return onnx_frontend.Resize._impl_v18.__func__(cls, bb, inputs, attr, params)
 
 
 def _short_input_fill(n, kernel: int, stride: int, pads: int):
@@ -539,7 +615,10 @@ _OVERRIDES: dict[str, type] = {
     },
     **{op: _guarded_nd(getattr(onnx_frontend, op), op) for op in ("GatherND", "ScatterND")},
     **{op: _pairwise(getattr(onnx_frontend, op)) for op in ("Max", "Min", "Sum", "Mean")},
-    **{op: _broadcast_resolved(getattr(onnx_frontend, op)) for op in ("Add", "Sub", "Mul", "Div", "Where")},
+    **{
+        op: _sizes_resolved(getattr(onnx_frontend, op)) for op in ("Add", "Sub", "Mul", "Div", "Pow", "Where")
+    },
+    "Concat": _sizes_resolved(onnx_frontend.Concat, broadcast=False),
 }
 
 

@@ -635,3 +635,40 @@ def test_a_long_sum_is_summed_in_blocks():
     got = session.run(None, {"x": x})[0]
     assert np.abs(got - exact).max() < 0.5 * np.abs(one_accumulator - exact).max()
     np.testing.assert_allclose(got, exact, rtol=2e-6)
+
+
+@pytest.mark.parametrize("after_conv", [False, True], ids=["alone", "after-conv"])
+def test_a_conv_transpose_over_symbolic_sizes_builds_and_matches_onnxruntime(after_conv):
+    """A UNet/DB-head ConvTranspose with symbolic height and width. Alone: the conv rule ran its dilated
+    input's static channel loop fused with the symbolic row loop in parallel, which TVM's index analysis
+    fails on when building (a failed check, so the node was declined); now parallel without that fusion.
+    After an NHWC conv: layout conversion carried NHWC into it, which TVM does not legalise (ppocr det's
+    head was declined); it stays NCHW between transposes."""
+    nodes = [
+        helper.make_node("ConvTranspose", ["c", "w"], ["y"], strides=[2, 2], kernel_shape=[2, 2], name="up"),
+        helper.make_node("Relu", ["y"], ["z"]),
+    ]
+    inits = [numpy_helper.from_array(RNG.standard_normal((4, 3, 2, 2)).astype(np.float32), "w")]
+    if after_conv:
+        nodes.insert(0, helper.make_node("Conv", ["x", "w0"], ["c"], kernel_shape=[3, 3], pads=[1] * 4))
+        inits.append(numpy_helper.from_array(RNG.standard_normal((4, 4, 3, 3)).astype(np.float32), "w0"))
+    else:
+        nodes.insert(0, helper.make_node("Identity", ["x"], ["c"]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, "h", "w"])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 3, None, None])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    sess = nx.InferenceSession(
+        model, providers=[("TvmExecutionProvider", {"claim_policy": "all"}), "CPUExecutionProvider"]
+    )
+    assert not sess.plan.declines, sess.plan.format(sess.graph)
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for size in [(1, 1, 1), (1, 3, 5), (2, 8, 8)]:
+        feeds = {"x": RNG.standard_normal((size[0], 4, *size[1:])).astype(np.float32)}
+        np.testing.assert_allclose(
+            sess.run(None, feeds)[0], reference.run(None, feeds)[0], rtol=1e-4, atol=1e-4
+        )

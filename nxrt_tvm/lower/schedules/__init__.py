@@ -80,6 +80,9 @@ def default_rules() -> list[CpuRule]:
 #: them with contiguous weight vectors (HWIO) and broadcast input pixels, whatever the stride or image width
 #: (NCHW vectorises over output width: strided gathers at stride 2, half-empty vectors on 7x7 maps).
 CONV_LAYOUT = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+#: layouts kept where the conversion would otherwise carry NHWC into an op: TVM legalises a transposed
+#: convolution only in NCHW/IOHW (in NHWC after an NHWC conv it stayed a Relax op, and the build failed)
+_KEPT_LAYOUT = {"relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}
 
 
 #: values of the `conv_algorithm` option: "auto" runs 3x3 stride-1 convolutions as Winograd where they fit
@@ -128,7 +131,7 @@ def convert_conv_layout() -> tvm.transform.Pass:
         if not _has_conv(mod):
             return mod
         try:
-            return relax.transform.ConvertLayout(CONV_LAYOUT)(mod)
+            return relax.transform.ConvertLayout({**CONV_LAYOUT, **_KEPT_LAYOUT})(mod)
         except tvm.error.InternalError:  # a failed check in TVM's layout conversion
             return _NhwcBetweenTransposes()(mod)
 
