@@ -10,7 +10,9 @@ from onnx import TensorProto, helper, numpy_helper
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
+from nxrt_tvm.graph.model import load_model
 from nxrt_tvm.providers.tvm.options import CLAIM_POLICY_ENV
+from nxrt_tvm.runtime.measure import REPRESENTATIVE_SIZES, _inputs
 
 TVM = "TvmExecutionProvider"
 
@@ -80,9 +82,29 @@ def test_symbolic_dims_are_measured_at_representative_sizes(default_policy):
     sess = nx.InferenceSession(_matmul("batch_size"), provider_options=[{"schedule_passes": []}, {}])
     (decline,) = sess.plan.declines
     assert "at batch_size=1 " in decline.detail
+    # a leading dim counts as a batch whatever its name (Paddle's `p2o.DynamicDimension.0`)
     sess = nx.InferenceSession(_matmul("rows"), provider_options=[{"schedule_passes": []}, {}])
     (decline,) = sess.plan.declines
-    assert "at rows=32 " in decline.detail
+    assert "at rows=1 " in decline.detail
+
+
+def test_other_symbolic_dims_are_measured_small_and_large():
+    """A sequence or map size is measured at 32 and at 256 (a partition is judged by the worse of the two)."""
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    graph = load_model(model)
+    small = _inputs(graph, ["x"], REPRESENTATIVE_SIZES["other"][0])
+    large = _inputs(graph, ["x"], REPRESENTATIVE_SIZES["large"])
+    assert small is not None and large is not None
+    assert small[0][0].shape == (1, 3, 32, 32) and small[1] == "n=1, h=32, w=32"
+    assert large[0][0].shape == (1, 3, 256, 256) and large[1] == "n=1, h=256, w=256"
 
 
 def test_inputs_onnxruntime_refuses_leave_the_partition_unmeasured_and_kept(default_policy):
