@@ -107,10 +107,14 @@ def _inputs(graph: GraphView, names: Sequence[str], other: int) -> tuple[list[np
             return None
         shape = []
         for k, dim in enumerate(info.shape):
-            size = dim if isinstance(dim, int) else _size(dim, other, k == 0 and len(info.shape) > 1)
-            if not isinstance(dim, int):
-                sizes.setdefault(dim or "?", size)
-            shape.append(size)
+            if isinstance(dim, int):
+                shape.append(dim)
+                continue
+            size = _size(dim, other, k == 0 and len(info.shape) > 1)
+            # a named dim has one size in every input (an LSTM's `seq` leads one and follows `batch` in
+            # another: sized by position each time, they disagreed and the kernel refused the inputs)
+            shape.append(sizes.setdefault(dim, size) if dim else size)
+            sizes.setdefault(dim or "?", size)
         array = aligned_empty(tuple(shape), info.dtype)
         if info.dtype.kind == "f":
             array[...] = rng.standard_normal(shape)

@@ -107,6 +107,27 @@ def test_other_symbolic_dims_are_measured_small_and_large():
     assert large[0][0].shape == (1, 3, 256, 256) and large[1] == "n=1, h=256, w=256"
 
 
+def test_a_named_dim_has_one_size_in_every_input():
+    """`seq` leads one input and follows `batch` in another (an LSTM's time-major state and its mask):
+    both get the size it got first, or the kernel refuses the inputs (lstm_text failed to load)."""
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Add", ["a", "b"], ["y"])],
+            "g",
+            [
+                helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", "seq"]),
+                helper.make_tensor_value_info("b", TensorProto.FLOAT, ["seq", "batch"]),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    made = _inputs(load_model(model), ["a", "b"], 32)
+    assert made is not None
+    (a, b), sizes = made
+    assert a.shape == (1, 32) and b.shape == (32, 1) and sizes == "batch=1, seq=32"
+
+
 def test_inputs_onnxruntime_refuses_leave_the_partition_unmeasured_and_kept(default_policy):
     # x [n, k] @ w [16, 8]: at the representative k=32 onnxruntime refuses the matmul, so nothing is timed
     weight = numpy_helper.from_array(np.ones((16, 8), np.float32), "w")
