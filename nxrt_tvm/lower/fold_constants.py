@@ -92,7 +92,7 @@ def _fold_round(mod: tvm.IRModule) -> tvm.IRModule | None:
     )
     try:
         built = tvm.tirx.build(kernels, target=_HOST)
-    except tvm.error.TVMError:
+    except Exception:  # noqa: BLE001 - TVM cannot build one of them (a GPU-bound kernel): left to FoldConstant
         return None
     folded, count = mod.clone(), 0
     for gv, func in functions:

@@ -102,6 +102,25 @@ def test_constant_kernels_fold_in_one_build_per_round(monkeypatch: pytest.Monkey
     )
 
 
+def test_kernels_that_do_not_build_together_are_left_to_fold_constant(monkeypatch: pytest.MonkeyPatch):
+    """Where TVM refuses to build a round's kernels as one module, the pass leaves the module as it is
+    and TVM's FoldConstant, which builds each alone and skips what fails, folds it as before."""
+    mod = _legalized()
+
+    def refused(*_args, **_kwargs):
+        raise ValueError("TVM refuses this kernel")
+
+    monkeypatch.setattr(tvm.tirx, "build", refused)
+    untouched = fold_constant_calls()(mod)
+    monkeypatch.undo()
+    assert _constant_calls(untouched) == _constant_calls(mod)
+    tvm.ir.assert_structural_equal(
+        relax.transform.FoldConstant()(untouched)["main"],
+        relax.transform.FoldConstant()(mod)["main"],
+        map_free_vars=True,
+    )
+
+
 def test_a_model_with_folded_weights_matches_onnxruntime():
     model = _model()
     x = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
