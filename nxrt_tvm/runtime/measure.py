@@ -151,14 +151,15 @@ def measure_partition(
     onnxruntime (a text detector's symbolic convs beat onnxruntime on 32 x 32 maps and lost on 480 x 480)."""
     inputs, outputs = graph.boundary(nodes)
     alone = extract_model(graph, nodes, inputs, outputs, name, internal_shapes=False)  # as the fallback runs
-    large = _inputs(graph, inputs, REPRESENTATIVE_SIZES["large"])
     for other in REPRESENTATIVE_SIZES["other"]:
         made = _inputs(graph, inputs, other)
-        if made is None or large is None:
+        if made is None:
             return None
         arrays, sizes = made
-        # a second size only where some dim takes it (not a batch alone): each timing gets half the budget
-        twice = large[1] != sizes and REPRESENTATIVE_SIZES["large"] > other
+        # a second size only where some dim takes it (not static, not a batch alone): each timing then
+        # gets a quarter of the budget
+        large = _inputs(graph, inputs, REPRESENTATIVE_SIZES["large"]) if sizes else None
+        twice = large is not None and large[1] != sizes and REPRESENTATIVE_SIZES["large"] > other
         share = budget_s / (4 if twice else 2)
         ort_s = _ort_seconds(alone, dict(zip(inputs, arrays)), share)
         if ort_s is not None:
