@@ -145,10 +145,11 @@ class InferenceSession:
                 source = model.SerializeToString()
                 model = onnx.ModelProto.FromString(source)  # never edit the caller's proto
             override_free_dims(model, dict(self.config.free_dimension_overrides))
-        self._providers = _make_providers(providers, provider_options)
         ep_config = EpConfig(compile_disabled=self.config.disable_model_compile)
-        for ep in self._providers:
-            ep.initialize(ep_config)
+        with phase("providers"):  # the TVM EP's tuning records are read here
+            self._providers = _make_providers(providers, provider_options)
+            for ep in self._providers:
+                ep.initialize(ep_config)
         with phase("EPContext load"):
             contexts = resolve_contexts(
                 model,

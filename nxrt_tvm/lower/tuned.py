@@ -21,7 +21,9 @@ variant says that the rule measured fastest.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -114,6 +116,35 @@ def _json_database(directory: Path) -> ms.database.JSONDatabase:
     )
 
 
+def _lines(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+@functools.lru_cache(maxsize=1024)
+def _workload_mod(line: str) -> tvm.IRModule:
+    """A workload's module from its JSON line (device keys tuned from the same models share them)."""
+    return ms.database.Workload.from_json(json.loads(line)).mod
+
+
+def _fastest_only(directory: Path) -> ms.database.MemoryDatabase:
+    """Each workload's fastest record of a JSON database, in memory. MetaSchedule keeps every candidate
+    it measured (the search trains its cost model on them; the shipped Zen 4 logs hold 2922 records, 10 s
+    for TVM to parse), where applying needs one per workload: the one `get_top_k` ranks first (least mean
+    run time), so every lookup below answers as on the whole database."""
+    workloads = _lines(directory / _FILES[0])
+    fastest: dict[int, tuple[float, list]] = {}
+    for index, record in map(json.loads, _lines(directory / _FILES[1])):
+        secs = record[1]
+        mean = sum(secs) / len(secs) if secs else float("inf")
+        if index not in fastest or mean < fastest[index][0]:
+            fastest[index] = (mean, record)
+    database = ms.database.MemoryDatabase()
+    for index, (_, record) in fastest.items():
+        workload = database.commit_workload(_workload_mod(workloads[index]))
+        database.commit_tuning_record(ms.database.TuningRecord.from_json(record, workload))
+    return database
+
+
 def _top(database: ms.database.Database, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
     if not database.has_workload(mod):
         return None
@@ -127,15 +158,18 @@ def mean_us(run_secs) -> float:
 
 
 class TuningDatabase:
-    """The records of one device key (searched and baseline), ready to apply while lowering."""
+    """The records of one device key (searched and baseline), ready to apply while lowering.
 
-    def __init__(self, directory: Path, key: str):
+    `fastest_only`: each workload's fastest record, read-only (what applying needs, in a fraction of the
+    time); otherwise MetaSchedule's whole database, which tuning reads and writes."""
+
+    def __init__(self, directory: Path, key: str, *, fastest_only: bool = False):
         self.directory = directory
         self.key = key
-        self.database = _json_database(directory)  # MetaSchedule's: the search reads and writes it
-        self.baseline = (
-            _json_database(directory / BASELINE_DIR) if (directory / BASELINE_DIR).is_dir() else None
-        )
+        self.fastest_only = fastest_only
+        read = _fastest_only if fastest_only else _json_database
+        self.database = read(directory)
+        self.baseline = read(directory / BASELINE_DIR) if (directory / BASELINE_DIR).is_dir() else None
         self.digest = database_digest(directory)
         self._anchors: ms.database.MemoryDatabase | None = None
 
@@ -181,6 +215,8 @@ class TuningDatabase:
         target,
         args_info,
     ) -> None:
+        if self.fastest_only:
+            raise RuntimeError(f"{self.directory}: opened fastest_only (read-only); commits would be lost")
         workload = database.commit_workload(mod)
         database.commit_tuning_record(ms.database.TuningRecord(trace, workload, run_secs, target, args_info))
         self._anchors = None  # rebuilt from the records on its next use
@@ -234,7 +270,7 @@ def database_digest(directory: Path) -> str:
 
 
 def open_database(
-    log_dir: str | Path, target: tvm.target.Target, *, quiet: bool = False
+    log_dir: str | Path, target: tvm.target.Target, *, quiet: bool = False, fastest_only: bool = False
 ) -> TuningDatabase | None:
     """The database for this target's device key under `log_dir`, or None (logged unless `quiet`) when
     there is none."""
@@ -252,7 +288,7 @@ def open_database(
             f" (records exist for: {', '.join(others)})" if others else "",
         )
         return None
-    return TuningDatabase(directory, device_key(target))
+    return TuningDatabase(directory, device_key(target), fastest_only=fastest_only)
 
 
 class TuningRecords:
@@ -291,9 +327,9 @@ class TuningRecords:
 
 def open_records(log_dir: str | Path, target: tvm.target.Target) -> TuningRecords | None:
     """This host's records and those of compatible keys under `log_dir`; None (logged) when there are none."""
-    own = open_database(log_dir, target, quiet=True)
+    own = open_database(log_dir, target, quiet=True, fastest_only=True)
     transferred = [
-        (TuningDatabase(Path(log_dir) / k.key, k.key), k)
+        (TuningDatabase(Path(log_dir) / k.key, k.key, fastest_only=True), k)
         for k in compatible_keys(log_dir, target)
         if (Path(log_dir) / k.key / _FILES[1]).is_file()
     ]

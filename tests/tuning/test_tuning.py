@@ -100,6 +100,25 @@ def test_a_searched_record_must_beat_the_rule_by_the_margin(tuned, tmp_path, rat
     assert best.how == "exact" and is_searched(best.record.trace) == (wins == "searched")
 
 
+def test_applying_reads_each_workloads_fastest_record_only(tuned):
+    """Sessions open the database `fastest_only`: one record per workload, the one the whole database
+    ranks first, so every kernel gets the record it got from MetaSchedule's whole database; read-only."""
+    from nxrt_tvm.lower.tuned import TuningDatabase
+
+    logs, report = tuned
+    whole = TuningDatabase(report.directory, report.device_key)
+    fastest = TuningDatabase(report.directory, report.device_key, fastest_only=True)
+    assert len(whole.database) == TRIALS  # every candidate the search measured
+    assert len(fastest.database) == 1 and len(fastest.baseline) == 1
+    mod = whole.database.get_all_tuning_records()[0].workload.mod
+    top = whole.database.get_top_k(whole.database.commit_workload(mod), 1)[0]
+    assert fastest.database.get_all_tuning_records()[0].run_secs == top.run_secs
+    a, b = whole.best(mod), fastest.best(mod)
+    assert (a.how, a.mean_us, str(a.record.trace)) == (b.how, b.mean_us, str(b.record.trace))
+    with pytest.raises(RuntimeError, match="read-only"):
+        fastest.commit_searched(mod, top.trace, top.run_secs, make_target("llvm"), top.args_info)
+
+
 def test_default_rule_is_the_baseline_record(tuned):
     """The rules' schedule is measured like a trial: the best record is never slower than it."""
     logs, report = tuned

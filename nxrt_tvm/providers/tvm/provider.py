@@ -50,11 +50,10 @@ class TvmExecutionProvider(ExecutionProvider):
         self.device = target_device(self.target)
         self.target_features = frozenset(hardware_of(self.target)[1])
         tuning_logs = self.options.tuning_logs
+        with phase("tuning records"):
+            records = None if tuning_logs is None else open_records(tuning_logs, self.target)
         self.lowering = Lowering(
-            self.options.passes,
-            self.options.schedule_passes,
-            None if tuning_logs is None else open_records(tuning_logs, self.target),
-            self.options.conv_algorithm,
+            self.options.passes, self.options.schedule_passes, records, self.options.conv_algorithm
         )
         self.builder = PartitionBuilder(self.options, self.lowering, self.device)
         self.weights = DeviceWeights(self.device)
