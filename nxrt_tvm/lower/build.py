@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 import onnx
 import tvm
@@ -30,7 +31,23 @@ __all__ = [
     "locate_failure",
     "build_executable",
     "compile_partition",
+    "ShardCodegen",
+    "KERNELS_PER_SHARD",
 ]
+
+#: fewest kernels worth a codegen process of their own (each module pays LLVM's set-up once)
+KERNELS_PER_SHARD = 8
+
+
+class ShardCodegen(Protocol):
+    """Builds TIR modules into object files elsewhere (other processes), for the export to link in."""
+
+    #: how many modules to build at once, the caller's own included
+    jobs: int
+
+    def __call__(self, modules: Sequence[tvm.IRModule], target: tvm.target.Target) -> Callable[[], None]:
+        """Start building `modules` for `target`; the returned call waits until their objects are written."""
+
 
 log = logging.getLogger(__name__)
 
@@ -179,11 +196,18 @@ def build_executable(
     target: tvm.target.Target,
     lowering: Lowering = Lowering(),
     variants: list[KernelVariant] | None = None,
+    codegen: ShardCodegen | None = None,
 ) -> relax.VMExecutable:
-    """Run the lowering pipeline and build for `target` (`variants` collects each kernel's implementation)."""
+    """Run the lowering pipeline and build for `target` (`variants` collects each kernel's implementation).
+
+    With `codegen` (CPU targets), the kernels are split into up to `codegen.jobs` modules and all but one
+    built by it, in parallel with this process: the executable then runs only once exported with their
+    objects (`runtime.artifact.export_executable`)."""
     take_failure()  # drop one left by a strict-mode failure that reached its caller directly (tuning's rules)
     try:
         with phase("lower"):  # steps marked by the pipeline: relax passes, schedules, codegen
+            if codegen is not None and target.kind.name == "llvm":
+                return _build_sharded(mod, target, lowering_pipeline(target, lowering, variants), codegen)
             return tvm.compile(
                 mod,
                 target,
@@ -200,6 +224,33 @@ def build_executable(
         raise CompileFailed(f"TVM could not build for {target.kind.name}: {message}") from exc
 
 
+def _build_sharded(
+    mod: tvm.IRModule, target: tvm.target.Target, pipeline: tvm.transform.Pass, codegen: ShardCodegen
+) -> relax.VMExecutable:
+    """`relax.build`'s steps, with the kernels' LLVM code generation (most of a build) split across
+    processes: the kernels are independent functions, and the export links their objects into one
+    library as it links a multi-module build's."""
+    with target:
+        mod = pipeline(mod)
+    attrs = dict(mod.attrs) if mod.attrs else {}
+    builder = relax.ExecBuilder()
+    mod = relax.vm_build._vmcodegen(builder, mod, "bytecode")
+    kernels = [(gv, f) for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    count = max(1, min(codegen.jobs, len(kernels) // KERNELS_PER_SHARD))
+    shards = [tvm.IRModule({gv: f for gv, f in kernels[k::count]}, attrs=mod.attrs) for k in range(count)]
+    wait = codegen(shards, target)
+    executable = relax.vm_build._vmlink(
+        builder,
+        target,
+        None,
+        tir_pipeline_for(target),
+        list(attrs.get("external_mods", [])),
+        dict(attrs.get("const_name_to_constant", {})),
+    )
+    wait()
+    return executable
+
+
 def compile_partition(
     graph: GraphView,
     nodes: Sequence[int],
@@ -208,15 +259,17 @@ def compile_partition(
     lowering: Lowering = Lowering(),
     weights: Sequence[str] = (),
     variants: list[KernelVariant] | None = None,
+    codegen: ShardCodegen | None = None,
 ) -> relax.VMExecutable:
-    """Extract, import and build one node set (`weights` as trailing inputs, see `partition_model`)."""
+    """Extract, import and build one node set (`weights` as trailing inputs, see `partition_model`;
+    `codegen`: see `build_executable`)."""
     with native_log_to_logging():
         try:
             with phase("extract"):
                 model = partition_model(graph, nodes, name, weights)
             with phase("relax import"):
                 mod = import_onnx(model)
-            return build_executable(mod, target, lowering, variants)
+            return build_executable(mod, target, lowering, variants, codegen)
         except CompileFailed as exc:
             message = str(exc)  # keep the text only: the traceback pins TVM objects that log when freed
         gc.collect()  # free them here, while their destructors' warnings are still captured

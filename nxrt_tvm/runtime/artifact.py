@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import tvm
@@ -22,8 +23,9 @@ from .elf import elf_problem
 __all__ = ["export_executable", "load_executable"]
 
 
-def export_executable(executable: relax.VMExecutable) -> bytes:
-    """The shared library of a compiled partition, as bytes (links with the system C++ compiler)."""
+def export_executable(executable: relax.VMExecutable, objects: Sequence[str] = ()) -> bytes:
+    """The shared library of a compiled partition, as bytes (links with the system C++ compiler); with
+    the `objects` of its kernels built elsewhere (`runtime.codegen`)."""
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         raise CompileInterrupted(
             "exporting a compiled partition needs a C++ compiler "
@@ -31,7 +33,7 @@ def export_executable(executable: relax.VMExecutable) -> bytes:
         )
     with tempfile.TemporaryDirectory(prefix="nxrt-tvm-export-") as tmp:
         path = Path(tmp) / "partition.so"
-        executable.export_library(str(path))
+        executable.export_library(str(path), addons=list(objects))
         return path.read_bytes()
 
 

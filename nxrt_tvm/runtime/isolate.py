@@ -16,6 +16,7 @@ limit, becomes a `CompileFailed` that names the signal.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import gc
 import os
@@ -29,7 +30,7 @@ from typing import TypeVar
 
 from ..api.errors import CompileFailed, CompileInterrupted, InternalError
 
-__all__ = ["fork_available", "run_isolated"]
+__all__ = ["fork_available", "run_isolated", "start_isolated", "Isolated"]
 
 T = TypeVar("T")
 
@@ -38,7 +39,19 @@ def fork_available() -> bool:
     return hasattr(os, "fork")
 
 
-def _child(fn: Callable[[], object], write_fd: int) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel kills this child when its parent dies (a killed compile leaves no orphan builds)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: orphans finish their build and exit
+        return
+    if os.getppid() != parent:  # the parent died before the call
+        os._exit(1)
+
+
+def _child(fn: Callable[[], object], write_fd: int, parent: int) -> None:
+    _die_with_parent(parent)
     # Objects inherited from the parent must never be finalised here: their threads did not survive the fork,
     # and e.g. an onnxruntime session's destructor then blocks forever on a condition variable.
     gc.freeze()
@@ -76,19 +89,51 @@ def _read_all(read_fd: int, pid: int, deadline: float) -> bytes:
         chunks.append(chunk)
 
 
+class Isolated:
+    """A forked child running `fn()` (`start_isolated`); `result` waits for it."""
+
+    def __init__(self, fn: Callable[[], T], what: str):
+        self.what = what
+        self.done = False  #: its result was read (or it was killed) and it was reaped
+        parent = os.getpid()
+        self._read_fd, write_fd = os.pipe()
+        with (
+            warnings.catch_warnings()
+        ):  # Python 3.12+ warns on fork in a threaded process; the child only compiles
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - the child's coverage is not collected
+            os.close(self._read_fd)
+            _child(fn, write_fd, parent)
+        os.close(write_fd)
+
+    def kill(self) -> None:
+        """Stop the child (a sibling failed: its result is not wanted) and reap it."""
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self._read_fd)
+        self.done = True
+
+    def result(self, timeout_s: float):
+        """The child's (picklable) result; `CompileFailed` if it failed, crashed or ran past `timeout_s`."""
+        try:
+            return _result(self._read_fd, self.pid, self.what, timeout_s)
+        finally:
+            self.done = True
+
+
+def start_isolated(fn: Callable[[], T], what: str) -> Isolated:
+    """`fn()` started in a forked child, to run while this process works on (see `Isolated.result`)."""
+    return Isolated(fn, what)
+
+
 def run_isolated(fn: Callable[[], T], what: str, timeout_s: float) -> T:
     """`fn()` run in a forked child; its (picklable) result,
     or `CompileFailed` if it failed, crashed or hung."""
-    read_fd, write_fd = os.pipe()
-    with (
-        warnings.catch_warnings()
-    ):  # Python 3.12+ warns on fork in a threaded process; the child only compiles
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child's coverage is not collected
-        os.close(read_fd)
-        _child(fn, write_fd)
-    os.close(write_fd)
+    return start_isolated(fn, what).result(timeout_s)
+
+
+def _result(read_fd: int, pid: int, what: str, timeout_s: float):
     try:
         data = _read_all(read_fd, pid, time.monotonic() + timeout_s)
     except TimeoutError:

@@ -7,6 +7,7 @@ from `built`, so a partition is built once per session.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -23,9 +24,10 @@ from ...epcontext.record import FORMAT_VERSION
 from ...graph.model import GraphView
 from ...lower.build import check_shapes, compile_partition, locate_failure, partition_model
 from ...lower.pipeline import Lowering, codegen_digest
-from ...lower.target import tvm_device
+from ...lower.target import runtime_threads, tvm_device
 from ...partition.claims import partition_name
 from ...runtime.artifact import export_executable, load_executable
+from ...runtime.codegen import ParallelCodegen
 from ...runtime.isolate import fork_available, run_isolated
 from ...runtime.measure import PartitionTiming
 from ...timing import add_phases, phase, record_phases
@@ -55,6 +57,8 @@ class PartitionBuilder:
         self.lowering = lowering
         # Compile in a forked child (where the OS can fork), so a TVM crash costs a decline, not the process.
         self.isolate = options.compile_isolation == "process" and fork_available()
+        #: processes an isolated build generates its kernels' code in (the cores the session may use)
+        self.jobs = runtime_threads()
         self.timeout_s = options.compile_timeout_s
         self.cache = (
             None if options.cache_dir is None else CompileCache(options.cache_dir, options.cache_max_bytes)
@@ -197,17 +201,20 @@ class PartitionBuilder:
                     graph, nodes, name, self.target, self.lowering, weights, variants
                 ), None
 
+            what = f"partition {name} ({len(nodes)} nodes)"
+
             def child() -> tuple[bytes, list[KernelVariant], dict[str, tuple[float, int]]]:
                 notes: list[KernelVariant] = []
-                with record_phases() as times:
+                with record_phases() as times, tempfile.TemporaryDirectory(prefix="nxrt-tvm-codegen-") as tmp:
+                    codegen = ParallelCodegen(self.jobs, tmp, self.timeout_s, what)
                     executable = compile_partition(
-                        graph, nodes, name, self.target, self.lowering, weights, notes
+                        graph, nodes, name, self.target, self.lowering, weights, notes, codegen
                     )
                     with phase("export"):
-                        blob = export_executable(executable)
+                        blob = export_executable(executable, codegen.objects)
                 return blob, notes, {p: (s, times.calls[p]) for p, s in times.seconds.items()}
 
-            blob, notes, times = run_isolated(child, f"partition {name} ({len(nodes)} nodes)", self.timeout_s)
+            blob, notes, times = run_isolated(child, what, self.timeout_s)
             add_phases(times)  # the child's own phases (import, passes, schedules, codegen, export)
             if variants is not None:
                 variants[:] = notes
