@@ -222,8 +222,8 @@ class InferenceSession:
     def _context_partitions(
         self, contexts: ResolvedContexts
     ) -> tuple[list[SubgraphClaim], dict[str, Kernel]]:
-        """Partitions fixed before any EP claims: loaded
-        EPContext nodes, and source restored for the fallback."""
+        """Partitions fixed before any EP claims: loaded EPContext nodes, source restored for the fallback,
+        and the nodes a compile ahead of time left to the fallback."""
         graph = self._graph
         index = {node.name: i for i, node in enumerate(graph.nodes)}
         fixed: list[SubgraphClaim] = []
@@ -235,10 +235,10 @@ class InferenceSession:
                 SubgraphClaim(ep.ep_id, ctx.partition_name, (i,), inputs, outputs, Cost(source="precompiled"))
             )
             preloaded[ctx.partition_name] = kernel
-        if contexts.fallback_nodes:
-            fallback = next(p for p in self._providers if p.ep_id == FALLBACK_EP)
-            groups = group_nodes(graph, [index[n] for n in contexts.fallback_nodes], [c.nodes for c in fixed])
-            fixed.extend(make_claims(graph, fallback.ep_id, groups, "cpu"))
+        left = [index[n] for n in contexts.fallback_nodes | contexts.planned_fallback if n in index]
+        if left:
+            groups = group_nodes(graph, left, [c.nodes for c in fixed])
+            fixed.extend(make_claims(graph, FALLBACK_EP, groups, "cpu"))
         return fixed, preloaded
 
     def _write_context_model(self, source: ModelSource) -> None:

@@ -19,7 +19,7 @@ from .codec import decode_node, is_ep_context
 from .record import EpContext
 from .registry import EpContextRegistry
 from .signing import ModelTrust
-from .writer import SOURCE_DOMAIN
+from .writer import PLANNED_KEY, SOURCE_DOMAIN
 
 __all__ = ["ResolvedContexts", "resolve_contexts", "source_nodes", "restore_sources"]
 
@@ -33,6 +33,9 @@ class ResolvedContexts:
     loaded: dict[str, tuple[EpContext, ExecutionProvider, Kernel]] = field(default_factory=dict)
     #: node names restored from source functions that must run on the fallback EP ('fallback' policy)
     fallback_nodes: set[str] = field(default_factory=set)
+    #: the plain nodes of a model whose plan was made when it was compiled (`writer.PLANNED_KEY`): they
+    #: stay on the fallback EP, as that compile decided (a deployment with compiling disabled runs them)
+    planned_fallback: set[str] = field(default_factory=set)
     refused: list[ContextRejected] = field(default_factory=list)
 
 
@@ -79,6 +82,8 @@ def resolve_contexts(
     """
     initializers = {t.name: t for t in model.graph.initializer}
     resolved = ResolvedContexts()
+    if any(entry.key == PLANNED_KEY for entry in model.metadata_props):
+        resolved.planned_fallback = {n.name for n in model.graph.node if not is_ep_context(n)}
     new_nodes: list[onnx.NodeProto] = []
     for node in model.graph.node:
         if not is_ep_context(node):

@@ -19,14 +19,18 @@ from onnx import helper
 from ..fileio import atomic_write
 from ..graph.model import GraphView
 from ..partition.plan import PartitionPlan
-from .codec import EP_CONTEXT_DOMAIN, encode_node
+from .codec import EP_CONTEXT_DOMAIN, encode_node, is_ep_context
 from .record import EpContext
 from .signing import signature_path
 
-__all__ = ["SOURCE_DOMAIN", "write_context_model", "external_blob_name"]
+__all__ = ["SOURCE_DOMAIN", "PLANNED_KEY", "write_context_model", "external_blob_name"]
 
 #: Domain of the model-local functions that keep each compiled partition's source subgraph.
 SOURCE_DOMAIN = "ai.nxrt_tvm.source"
+#: Metadata entry of every model written here: its plan was made when it was compiled, so its plain nodes
+#: are the fallback's (where a claim policy measured them faster there, or no EP would take them); a
+#: deployment must not compile them again (`epcontext.loader`).
+PLANNED_KEY = "nxrt_tvm.planned"
 
 
 def external_blob_name(model_path: Path, partition: str) -> str:
@@ -109,7 +113,13 @@ def write_context_model(
         functions=[*model.functions, *functions],
     )
     for entry in model.metadata_props:
-        result.metadata_props.append(entry)
+        if entry.key != PLANNED_KEY:
+            result.metadata_props.append(entry)
+    plain = sum(1 for n in body.node if not is_ep_context(n))
+    helper.set_model_props(
+        result,
+        {e.key: e.value for e in result.metadata_props} | {PLANNED_KEY: f"{plain} nodes on the fallback EP"},
+    )
     onnx.checker.check_model(result)
     signature_path(out).unlink(missing_ok=True)  # an older model's signature would refuse this one
     atomic_write(out, result.SerializeToString())

@@ -72,6 +72,33 @@ def test_round_trip_loads_without_compiling(source, tmp_path, embed):
     assert_parity(sess.run(None, feeds), ort_run(source, feeds))
 
 
+@pytest.mark.parametrize(
+    "left", [{"op_types_to_exclude": "Softmax"}, {"min_subgraph_size": 10_000}], ids=["some", "all"]
+)
+def test_nodes_a_compile_left_to_the_fallback_stay_there(source, tmp_path, left):
+    """What `compile_model` gave the fallback (its options, or the `auto` policy's measurement, which a
+    deploying host cannot repeat) runs there, with compiling disabled: the model says its plan is made."""
+    from nxrt_tvm.epcontext.writer import PLANNED_KEY
+
+    out = tmp_path / "model_ctx.onnx"
+    report = nx.compile_model(source, out, provider_options=left, progress=False)
+    model = onnx.load(out)
+    plain = [n.name for n in model.graph.node if not is_ep_context(n)]
+    assert {e.key: e.value for e in model.metadata_props}[
+        PLANNED_KEY
+    ] == f"{len(plain)} nodes on the fallback EP"
+    assert report.compiled_partitions == (0 if "min_subgraph_size" in left else 2)
+    sess = nx.InferenceSession(out, _deploy_options())  # without the options: the TVM EP could take them
+    on_cpu = {sess.graph.nodes[i].name for p in sess.plan.partitions if p.ep != TVM for i in p.nodes}
+    assert on_cpu == set(plain) and _tvm_ep(sess).stats["builds"] == 0
+    feeds = model_zoo.make_inputs("split_model")
+    assert_parity(sess.run(None, feeds), ort_run(source, feeds))
+    # the source model itself is no plan: compiling it stays refused (test below), and compiling the
+    # compiled model again keeps one mark
+    again = nx.compile_model(out, tmp_path / "again.onnx", progress=False)
+    assert [e.key for e in onnx.load(again.output).metadata_props].count(PLANNED_KEY) == 1
+
+
 def test_compile_disabled_refuses_a_plain_model(source):
     with pytest.raises(nx.CompileDisabled, match="compile the model ahead of time"):
         nx.InferenceSession(source, _deploy_options())
