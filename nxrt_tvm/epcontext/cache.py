@@ -62,6 +62,7 @@ class CacheEntry:
     key: str
     blob: bytes = field(repr=False)  # may be 200 MB: keep it out of reprs and logs
     meta: dict[str, Any]
+    sha256: str = ""  #: the blob's, as checked
 
 
 @dataclass(frozen=True)
@@ -267,4 +268,4 @@ def _decode(key: str, f: Any, size: int) -> CacheEntry | str:
     blob = f.read(blob_size)
     if len(blob) != blob_size or hashlib.sha256(blob).hexdigest() != digest:
         return "sha256 mismatch"
-    return CacheEntry(key, blob, meta)
+    return CacheEntry(key, blob, meta, digest)

@@ -7,9 +7,11 @@ check it first (see `epcontext.compat`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,11 +46,30 @@ def _scratch_dir() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-def load_executable(blob: bytes, name: str) -> tvm.runtime.Module:
-    """Load a blob made by `export_executable`; the temp file is unlinked once it is mapped.
+#: every library this process loaded, by the sha256 of its bytes (see `load_executable`)
+_LOADED: dict[str, tvm.runtime.Module] = {}
+_LOADED_LOCK = threading.Lock()
 
-    Malformed ELF is refused before dlopen, which would crash on it (see `runtime.elf`).
+
+def load_executable(blob: bytes, name: str, sha256: str | None = None) -> tvm.runtime.Module:
+    """Load a blob made by `export_executable` (`sha256`: its digest, where the caller checked it).
+
+    TVM never unloads a library (its functions stay registered), so a blob is loaded once per process:
+    loading the same bytes again (a second session of a model) shares the first load's module, where a
+    new load would map another copy of its code and weights for the process's life. Sessions share
+    only the read-only module; each makes its own VM. Malformed ELF is refused before dlopen, which
+    would crash on it (see `runtime.elf`).
     """
+    digest = sha256 or hashlib.sha256(blob).hexdigest()
+    with _LOADED_LOCK:
+        module = _LOADED.get(digest)
+        if module is None:
+            module = _LOADED[digest] = _load(blob, name)
+    return module
+
+
+def _load(blob: bytes, name: str) -> tvm.runtime.Module:
+    """dlopen `blob` from a temp file, unlinked once it is mapped."""
     problem = elf_problem(blob, host_arch())
     if problem is not None:
         raise EpLoadFailed(name, f"the compiled partition is not a loadable shared library: {problem}")

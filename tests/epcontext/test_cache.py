@@ -38,7 +38,7 @@ def test_put_get_round_trip(tmp_path):
     k, blob, meta = key("a"), os.urandom(10_000), {"target": "llvm", "nested": {"n": [1, 2.5, None]}}
     cache.put(k, blob, meta)
     got = cache.get(k)
-    assert got == CacheEntry(k, blob, meta)
+    assert got == CacheEntry(k, blob, meta, hashlib.sha256(blob).hexdigest())
     assert k in cache and "blob=" not in repr(got)  # a 200 MB blob must stay out of reprs
     [info] = cache.entries()
     assert info.key == k and info.size == cache.total_bytes() > len(blob)
@@ -54,7 +54,7 @@ def test_second_instance_sees_entries_and_put_replaces(tmp_path):
     cache = CompileCache(tmp_path)
     assert cache.get(key("a")).blob == b"one"
     cache.put(key("a"), b"two!", {"v": 2})
-    assert cache.get(key("a")) == CacheEntry(key("a"), b"two!", {"v": 2})
+    assert cache.get(key("a")) == CacheEntry(key("a"), b"two!", {"v": 2}, hashlib.sha256(b"two!").hexdigest())
     assert len(cache.entries()) == 1
 
 
@@ -78,7 +78,7 @@ def _assert_corrupt_then_recovers(cache: CompileCache, k: str, caplog) -> None:
     assert any("corrupt" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     assert not entry_file(cache, k).exists() and k not in cache
     cache.put(k, b"rebuilt", {"again": True})
-    assert cache.get(k) == CacheEntry(k, b"rebuilt", {"again": True})
+    assert cache.get(k) == CacheEntry(k, b"rebuilt", {"again": True}, hashlib.sha256(b"rebuilt").hexdigest())
 
 
 def test_flipped_byte_is_warned_deleted_and_missed(tmp_path, caplog):

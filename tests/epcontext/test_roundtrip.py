@@ -99,6 +99,20 @@ def test_nodes_a_compile_left_to_the_fallback_stay_there(source, tmp_path, left)
     assert [e.key for e in onnx.load(again.output).metadata_props].count(PLANNED_KEY) == 1
 
 
+def test_sessions_of_one_model_share_its_loaded_library(source, tmp_path):
+    """TVM never unloads a library: a second session of the same EPContext model shares the first's
+    module instead of mapping another copy of its code and weights; each runs its own VM."""
+    out = tmp_path / "model_ctx.onnx"
+    nx.compile_model(source, out, progress=False)
+    first, second = (nx.InferenceSession(out, _deploy_options()) for _ in range(2))
+    modules = [[k.module for k in s._kernels if hasattr(k, "module")] for s in (first, second)]
+    assert len(modules[0]) == 2 and all(a is b for a, b in zip(*modules))
+    feeds = model_zoo.make_inputs("split_model")
+    expected = ort_run(source, feeds)
+    for sess in (first, second):
+        assert_parity(sess.run(None, feeds), expected)
+
+
 def test_compile_disabled_refuses_a_plain_model(source):
     with pytest.raises(nx.CompileDisabled, match="compile the model ahead of time"):
         nx.InferenceSession(source, _deploy_options())

@@ -101,7 +101,7 @@ class PartitionBuilder:
                         return {order[position]: _build_rejected(str(failure.get("message")))}
             elif entry is not None:  # built and proven before; the cache verified its sha256
                 with phase("load"):
-                    self.built[name] = (load_executable(entry.blob, name), entry.blob)
+                    self.built[name] = (load_executable(entry.blob, name, entry.sha256), entry.blob)
                 self.variants[name] = [KernelVariant(*v) for v in entry.meta.get("variants", [])]
                 self.entries[name] = (key, entry.meta)
                 self.stats["cache_hits"] += 1

@@ -57,7 +57,7 @@ def kernel_of(
     """Check the blob fits this host (raising `ContextRejected` before any native code loads),
     then load it."""
     check_loadable(context, target)
-    module = load_executable(context.blob, context.partition_name)
+    module = load_executable(context.blob, context.partition_name, context.sha256)
     return TvmKernel(
         module,
         device,
