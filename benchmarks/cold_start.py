@@ -5,14 +5,17 @@
 For each model: a session compiling from the plain ONNX model; compile_model
 to an EPContext model, embedded and external, then sessions that load it with
 compiling disabled; a session on the plain model hitting a warm compile cache;
-onnxruntime's own session creation. Load times are medians of --loads runs.
-Also artifact sizes with and without weights (weightless blobs).
+onnxruntime's own session creation. Each load is the first of a fresh process (a
+deployment starting; imports not counted), as is onnxruntime's; times are medians of
+--loads processes. "reload" is a second session of the embedded model in one process
+(a process loads a blob once). Also artifact sizes with and without weights (weightless blobs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +49,30 @@ def _deploy() -> nx.SessionOptions:
     return options
 
 
+def _worker(kind: str, path: str, cache_dir: str) -> None:
+    """One load in this (fresh) process; prints its seconds."""
+    if kind == "ort":
+        started = time.perf_counter()
+        ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    elif kind == "cache":
+        started = time.perf_counter()
+        nx.InferenceSession(path, provider_options=[{"cache_dir": cache_dir}, {}])
+    else:
+        started = time.perf_counter()
+        nx.InferenceSession(path, _deploy())
+    print(time.perf_counter() - started)
+
+
+def _fresh(kind: str, path: Path, loads: int, cache_dir: Path | None = None) -> float:
+    """Median over `loads` fresh processes of one load's seconds."""
+    times = []
+    for _ in range(loads):
+        args = [sys.executable, __file__, "--worker", kind, str(path), str(cache_dir or "")]
+        out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+        times.append(float(out.strip().splitlines()[-1]))
+    return sorted(times)[len(times) // 2]
+
+
 def _size(files) -> int:
     return sum(Path(f).stat().st_size for f in files)
 
@@ -55,13 +82,15 @@ def measure(name: str, src: Path, work: Path, loads: int) -> dict:
     embedded = nx.compile_model(src, work / f"{name}_emb.onnx", progress=False)
     external = nx.compile_model(src, work / f"{name}_ext.onnx", embed=False, progress=False)
     lean = nx.compile_model(src, work / f"{name}_lean.onnx", embed=False, weightless=True, progress=False)
-    emb_s = _median(lambda: nx.InferenceSession(embedded.output, _deploy()), loads)
-    ext_s = _median(lambda: nx.InferenceSession(external.output, _deploy()), loads)
-    lean_s = _median(lambda: nx.InferenceSession(lean.output, _deploy()), loads)
-    cache = {"cache_dir": str(work / f"{name}_cache")}
-    nx.InferenceSession(src, provider_options=[cache, {}])  # fill the cache
-    hit_s = _median(lambda: nx.InferenceSession(src, provider_options=[cache, {}]), loads)
-    ort_s = _median(lambda: ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]), loads)
+    emb_s = _fresh("load", embedded.output, loads)
+    ext_s = _fresh("load", external.output, loads)
+    lean_s = _fresh("load", lean.output, loads)
+    nx.InferenceSession(embedded.output, _deploy())
+    reload_s = _median(lambda: nx.InferenceSession(embedded.output, _deploy()), loads)
+    cache = work / f"{name}_cache"
+    nx.InferenceSession(src, provider_options=[{"cache_dir": str(cache)}, {}])  # fill the cache
+    hit_s = _fresh("cache", src, loads, cache)
+    ort_s = _fresh("ort", src, loads)
     blobs = lambda r: _size(f for f in r.files if f.suffix == ".so")  # noqa: E731
     return {
         "model": name,
@@ -71,6 +100,7 @@ def measure(name: str, src: Path, work: Path, loads: int) -> dict:
         "load_embedded_s": emb_s,
         "load_external_s": ext_s,
         "load_weightless_s": lean_s,
+        "reload_s": reload_s,
         "cache_hit_s": hit_s,
         "ort_create_s": ort_s,
         "speedup_embedded": compile_s / emb_s,
@@ -88,7 +118,11 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["default", "resnet", "bert"])
     parser.add_argument("--loads", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--worker", nargs=3, metavar=("KIND", "PATH", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        _worker(*args.worker)
+        return
     rows = []
     with tempfile.TemporaryDirectory(prefix="nxrt-cold-") as tmp:
         work = Path(tmp)
@@ -103,15 +137,16 @@ def main() -> None:
     mb = lambda b: f"{b / 2**20:.1f}"  # noqa: E731
     print(
         "| model | partitions | compile (s) | EPContext embedded (ms) | external (ms) "
-        "| weightless (ms) | cache hit (ms) | onnxruntime create (ms) | compile / embedded load "
-        "| model+blobs MiB (embedded / external blobs / weightless blobs) |"
+        "| weightless (ms) | reload (ms) | cache hit (ms) | onnxruntime create (ms) "
+        "| compile / embedded load | model+blobs MiB (embedded / external blobs / weightless blobs) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['model']} | {r['partitions']} | {r['compile_s']:.2f} "
             f"| {r['load_embedded_s'] * 1e3:.1f} | {r['load_external_s'] * 1e3:.1f} "
-            f"| {r['load_weightless_s'] * 1e3:.1f} | {r['cache_hit_s'] * 1e3:.1f} "
+            f"| {r['load_weightless_s'] * 1e3:.1f} | {r['reload_s'] * 1e3:.1f} "
+            f"| {r['cache_hit_s'] * 1e3:.1f} "
             f"| {r['ort_create_s'] * 1e3:.1f} | {r['speedup_embedded']:.0f}x "
             f"| {mb(r['embedded_model_bytes'])} / {mb(r['external_blob_bytes'])} "
             f"/ {mb(r['weightless_blob_bytes'])} |"
