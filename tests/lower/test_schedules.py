@@ -325,6 +325,38 @@ def test_failing_rule_keeps_default_and_build_succeeds():
     assert not any(f.attrs is not None and RULE_ATTR in f.attrs for f in funcs.values())
 
 
+class _Partial(CpuRule):
+    """Schedules part of a kernel, then finds it does not fit: its steps must not reach the next rule."""
+
+    name = "partial"
+
+    def schedule(self, sch, blocks, target):
+        sch.parallel(sch.get_loops(blocks[0].block_rv)[0])
+        return None
+
+
+def test_rules_tried_in_turn_share_one_normalised_start():
+    """`schedule_with_rules` normalises a kernel once and hands each rule a copy: every kernel of every
+    case gets the rule and the schedule it gets when each rule starts from scratch."""
+    import tvm_ffi
+
+    from nxrt_tvm.lower.schedules import default_rules
+    from nxrt_tvm.lower.schedules.base import schedule_with_rules
+
+    rules = [_Partial(), *default_rules()]
+    for model, _, _ in CASES.values():
+        for func in _prim_funcs(_lowered(model, schedule_passes=[])).values():
+            shared = schedule_with_rules(func, TARGET, rules)
+            alone = next(
+                ((r.name, s) for r in rules if (s := r.apply(func, TARGET, False)) is not None), None
+            )
+            assert (shared is None) == (alone is None)
+            if shared is not None:
+                assert shared[0] == alone[0] != "partial"
+                assert tvm_ffi.structural_equal(shared[1].mod, alone[1].mod)
+                assert str(shared[1].trace) == str(alone[1].trace)
+
+
 def test_schedule_phase_sits_after_fusion_and_only_on_llvm():
     # (the `nxrt_tvm.step.*` passes only mark the steps `plan --timings` reports)
     names = [

@@ -120,6 +120,9 @@ class Normalization(CpuRule):
 
     name = "normalization"
 
+    def apply_to(self, start, target):
+        return self.apply(start.func, target, False)
+
     def apply(self, func, target, tunable):
         try:
             if target.kind.name != "llvm" or not _has_rows(func):
