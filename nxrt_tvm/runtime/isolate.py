@@ -39,13 +39,23 @@ def fork_available() -> bool:
     return hasattr(os, "fork")
 
 
+def _prctl():
+    """Linux's prctl, looked up once in the parent: a forked child must not dlopen (another thread of the
+    parent may have held the loader's lock when it forked, and the child would wait on it forever)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+_PRCTL = _prctl()
+
+
 def _die_with_parent(parent: int) -> None:
     """Linux: the kernel kills this child when its parent dies (a killed compile leaves no orphan builds)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: orphans finish their build and exit
+    if _PRCTL is None:  # orphans finish their build and exit
         return
+    _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent died before the call
         os._exit(1)
 
