@@ -42,7 +42,7 @@ KERNELS_PER_SHARD = 8
 class ShardCodegen(Protocol):
     """Builds TIR modules into object files elsewhere (other processes), for the export to link in."""
 
-    #: how many modules to build at once, the caller's own included
+    #: how many modules to build at once (the caller only links: every module is built by this)
     jobs: int
 
     def __call__(self, modules: Sequence[tvm.IRModule], target: tvm.target.Target) -> Callable[[], None]:
@@ -200,8 +200,8 @@ def build_executable(
 ) -> relax.VMExecutable:
     """Run the lowering pipeline and build for `target` (`variants` collects each kernel's implementation).
 
-    With `codegen` (CPU targets), the kernels are split into up to `codegen.jobs` modules and all but one
-    built by it, in parallel with this process: the executable then runs only once exported with their
+    With `codegen` (CPU targets), the kernels are split into up to `codegen.jobs` modules, all built by it
+    while this process links the VM executable: the executable then runs only once exported with their
     objects (`runtime.artifact.export_executable`)."""
     take_failure()  # drop one left by a strict-mode failure that reached its caller directly (tuning's rules)
     try:
