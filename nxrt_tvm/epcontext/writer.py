@@ -112,13 +112,10 @@ def write_context_model(
         producer_name="nxrt-tvm",
         functions=[*model.functions, *functions],
     )
-    for entry in model.metadata_props:
-        if entry.key != PLANNED_KEY:
-            result.metadata_props.append(entry)
     plain = sum(1 for n in body.node if not is_ep_context(n))
-    helper.set_model_props(
+    helper.set_model_props(  # the source's entries, the mark replacing any it carries
         result,
-        {e.key: e.value for e in result.metadata_props} | {PLANNED_KEY: f"{plain} nodes on the fallback EP"},
+        {e.key: e.value for e in model.metadata_props} | {PLANNED_KEY: f"{plain} nodes on the fallback EP"},
     )
     onnx.checker.check_model(result)
     signature_path(out).unlink(missing_ok=True)  # an older model's signature would refuse this one
