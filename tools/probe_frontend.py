@@ -236,6 +236,9 @@ def run_case(
 
 
 def _worker(conn, cases, dtypes, use_rules, const_inputs, symbolic):
+    from nxrt_tvm.runtime.isolate import freeze_inherited
+
+    freeze_inherited()  # forked: the parent's objects are never finalised here
     os.environ.setdefault("TVM_NUM_THREADS", "1")
     while True:
         msg = conn.recv()

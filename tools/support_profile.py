@@ -189,6 +189,9 @@ def compute_checks() -> dict:
 
 def _claims_worker(names: list[str], conn) -> None:
     from nxrt_tvm.providers.tvm import TvmExecutionProvider
+    from nxrt_tvm.runtime.isolate import freeze_inherited
+
+    freeze_inherited()  # forked from a process that may hold onnxruntime sessions in garbage
 
     cases = {c.name: c for c in node_cases() if c.name in set(names)}
     while True:

@@ -30,7 +30,7 @@ from typing import TypeVar
 
 from ..api.errors import CompileFailed, CompileInterrupted, InternalError
 
-__all__ = ["fork_available", "run_isolated", "start_isolated", "Isolated"]
+__all__ = ["fork_available", "freeze_inherited", "run_isolated", "start_isolated", "Isolated"]
 
 T = TypeVar("T")
 
@@ -60,11 +60,19 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def freeze_inherited() -> None:
+    """The first call of a forked child that runs Python: what it inherited is never finalised there.
+
+    Threads do not survive a fork, and an onnxruntime session left in a garbage cycle by the parent then
+    waits forever in its destructor, on a condition variable its thread pool's threads were parked on,
+    when the child's garbage collector frees it (a claims worker of `tools/support_profile.py` hung so).
+    """
+    gc.freeze()
+
+
 def _child(fn: Callable[[], object], write_fd: int, parent: int) -> None:
     _die_with_parent(parent)
-    # Objects inherited from the parent must never be finalised here: their threads did not survive the fork,
-    # and e.g. an onnxruntime session's destructor then blocks forever on a condition variable.
-    gc.freeze()
+    freeze_inherited()
     # TVM's thread pool came across too, without its worker threads: a parallel kernel run while compiling
     # (FoldConstant) would wait for them forever. With one thread, TVM runs parallel loops inline.
     os.environ["TVM_NUM_THREADS"] = "1"

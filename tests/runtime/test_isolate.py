@@ -58,3 +58,46 @@ def test_a_hung_compile_is_stopped():
 
     with pytest.raises(CompileFailed, match="took longer than 1 s"):
         run_isolated(lambda: time.sleep(30), "a hang", 1)
+
+
+def _abandoned_onnxruntime_session() -> None:
+    """Leave an onnxruntime session whose pool threads ran and parked in an uncollected garbage cycle."""
+    import time
+
+    import onnxruntime as ort
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    x = h.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])
+    y = h.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])
+    graph = h.make_graph([h.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.me = holder
+    holder.session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    holder.session.run(None, {"x": np.ones((256, 256), np.float32)})
+    time.sleep(0.3)  # the pool's threads park on their condition variable
+
+
+def test_the_parents_garbage_is_never_finalised_in_the_child():
+    """A child collecting garbage it inherited ran an onnxruntime session's destructor, which waits forever on
+    a condition variable the parent's (not inherited) threads were parked on: a claims worker hung so."""
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _abandoned_onnxruntime_session()
+        assert run_isolated(lambda: gc.collect() >= 0, "a garbage collection", timeout_s=20)
+    finally:
+        gc.collect()
+        if enabled:
+            gc.enable()
