@@ -403,6 +403,58 @@ class _Slice(onnx_frontend.Slice):
         return out
 
 
+class _Cast(onnx_frontend.Cast):
+    """TVM's Cast, keeping a shape value a shape value across an integer cast (Paddle's exports cast every
+    Shape to int32 and back before Reshape): TVM's turns a symbolic shape into a tensor, and a Reshape
+    fed by it cannot be built ("Reshape requires the input new shape to be Shape")."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        to = onnx_frontend.get_type(attr["to"])
+        if isinstance(inputs[0], relax.ShapeExpr) and to in ("int32", "int64"):
+            return inputs[0]
+        return onnx_frontend.Cast._impl_v13.__func__(cls, bb, inputs, attr, params)
+
+
+def _unit_axes_checked(bb: relax.BlockBuilder, data, axes, node: str):
+    """`data` with the symbolic extents of `axes` checked to be 1 at run time (`_size_check`), so they
+    are 1 to Relax: a Squeeze of them builds, and a size other than 1 raises naming the node, as
+    onnxruntime refuses it."""
+    dims = _dims(data) if isinstance(data, relax.Expr) and isinstance(data.ty, relax.TensorType) else None
+    if dims is None or axes is None:
+        return data
+    squeezed = {int(a) % len(dims) for a in axes}
+    resolved = [
+        tirx.IntImm(str(d.ty.dtype), 1) if i in squeezed and not isinstance(d, tirx.IntImm) else d
+        for i, d in enumerate(dims)
+    ]
+    if all(r.same_as(d) for r, d in zip(resolved, dims)):
+        return data
+    dtype = str(data.ty.dtype.dtype)
+    check = bb.add_func(_size_check(len(dims), dtype, (False,) * len(dims), node), "nxrt_size_check")
+    return bb.normalize(relax.call_tir(check, (data,), relax.TensorType(resolved, dtype)))
+
+
+class _Squeeze(onnx_frontend.Squeeze):
+    """TVM's Squeeze, with axes of symbolic extent checked to be 1 when it runs (TVM's refuses them:
+    "cannot be proven to be 1 at import time"; Paddle's recognisers squeeze their collapsed height)."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        axes = attr.get("axes")
+        return cls._squeeze(bb, _unit_axes_checked(bb, inputs[0], axes, _describe("Squeeze", attr)), axes)
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        axes = onnx_frontend.get_constant(inputs[1], params) if len(inputs) > 1 else None
+        if isinstance(axes, tvm.ir.GenericConst):
+            axes = tuple(int(x) for x in axes.value.numpy())
+        elif axes is not None:
+            return onnx_frontend.Squeeze._impl_v13.__func__(cls, bb, inputs, attr, params)  # data-dependent
+        data = _unit_axes_checked(bb, inputs[0], axes, _describe("Squeeze", attr))
+        return cls._squeeze(bb, data, axes)
+
+
 class _Range(onnx_frontend.Range):
     """TVM's Range, with the length of an integer range over a size (`Range(0, seq, 1)`, transformers'
     position ids) as an expression of that size. TVM's own converter reads the length back from a tensor
@@ -604,6 +656,8 @@ def _pool_like_onnxruntime(base: type) -> type:
 
 _OVERRIDES: dict[str, type] = {
     "Slice": _Slice,
+    "Cast": _Cast,
+    "Squeeze": _Squeeze,
     "Range": _Range,
     "Resize": _Resize,
     "Clip": _Clip,

@@ -241,6 +241,7 @@ def test_the_convert_map_is_tvms_with_our_overrides():
         "ScatterND",
         "Resize",
         "Clip",
+        "Squeeze",
         *("Max", "Min", "Sum", "Mean"),
         *("MaxPool", "AveragePool"),
         *EARLIER_VERSIONS,
@@ -457,3 +458,64 @@ def test_a_constant_index_into_a_symbolic_dim_is_guarded(seq):
         ort_run(model, feeds)
     with pytest.raises(nx.IndexOutOfBounds, match="'pooler'.*seq"):
         sess.run(None, feeds)
+
+
+def _paddle_reshape() -> onnx.ModelProto:
+    """Paddle's way to a Reshape's shape: Shape -> Cast int32 -> Slice -> Cast int64 -> Concat with a
+    constant; x [n, 3, 4] to [n, 12]."""
+    nodes = [
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Cast", ["s"], ["s32"], to=T.INT32),
+        h.make_node("Slice", ["s32", "zero", "one"], ["n32"]),
+        h.make_node("Cast", ["n32"], ["n"], to=T.INT64),
+        h.make_node("Concat", ["n", "minus_one"], ["shape"], axis=0),
+        h.make_node("Reshape", ["x", "shape"], ["y"], name="flatten"),
+    ]
+    inits = [
+        nh.from_array(np.array(v, np.int32 if k != "minus_one" else np.int64), k)
+        for k, v in (("zero", [0]), ("one", [1]), ("minus_one", [-1]))
+    ]
+    return _model(
+        nodes,
+        [h.make_tensor_value_info("x", T.FLOAT, ["n", 3, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+        inits,
+    )
+
+
+def test_a_shape_cast_to_int32_and_back_stays_a_shape():
+    """TVM's Cast turns a symbolic shape into a tensor, and the Reshape it feeds failed to build ("Reshape
+    requires the input new shape to be Shape"): ppocr rec's bisection. Ours keeps it a shape."""
+    model = _paddle_reshape()
+    sess = nx.InferenceSession(model, providers=ALL_TVM)
+    assert not sess.plan.declines and len(sess.plan.partitions) == 1, sess.plan.format(sess.graph)
+    for n in (1, 5):
+        feeds = {"x": np.random.default_rng(n).standard_normal((n, 3, 4)).astype(np.float32)}
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds), atol=0)
+
+
+def test_a_squeezed_symbolic_axis_is_checked_to_be_one_when_it_runs():
+    """TVM's Squeeze refuses an axis it cannot prove to be 1 (a Paddle recogniser's collapsed height).
+    Checked at run time instead, it builds, matches onnxruntime where the axis is 1 and raises naming the
+    node where it is not, where onnxruntime refuses too."""
+    nodes = [
+        h.make_node("Relu", ["x"], ["r"]),
+        h.make_node("Squeeze", ["r", "axes"], ["y"], name="collapse"),
+    ]
+    model = _model(
+        nodes,
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 3, "h", "w"])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+        [nh.from_array(np.array([2], np.int64), "axes")],
+    )
+    sess = nx.InferenceSession(model, providers=ALL_TVM)
+    assert not sess.plan.declines and len(sess.plan.partitions) == 1, sess.plan.format(sess.graph)
+    rng = np.random.default_rng(7)
+    for w in (1, 9):
+        feeds = {"x": rng.standard_normal((2, 3, 1, w)).astype(np.float32)}
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds), atol=0)
+    tall = {"x": rng.standard_normal((2, 3, 2, 4)).astype(np.float32)}
+    with pytest.raises(Exception):
+        ort_run(model, tall)
+    with pytest.raises(nx.KernelFailed, match="nxrt-size-check: Squeeze node 'collapse'"):
+        sess.run(None, tall)

@@ -124,24 +124,6 @@ def _eye_like(ctx: NodeContext) -> None:
     )
 
 
-# Without: squeezing an axis whose size is symbolic fails to import ("cannot be proven to be 1").
-@rule("Squeeze")
-def _squeeze(ctx: NodeContext) -> None:
-    axes = ctx.attr("axes") if ctx.opset < 13 else (ctx.const(1).tolist() if ctx.is_const(1) else None)
-    shape = ctx.inputs[0].shape
-    if axes is None or shape is None:
-        return
-    for a in axes:
-        d = shape[int(a) % len(shape)]
-        require(
-            isinstance(d, int),
-            Rejected.SHAPE,
-            f"squeezed axis {a} has symbolic size {d!r}",
-            accepts="squeezed axes of static size 1",
-            remediation=f"{FALLBACK}; fix the input shape (onnxsim --overwrite-input-shape)",
-        )
-
-
 # -- reductions ---------------------------------------------------------------------------
 
 _REDUCE_AXES_INPUT_SINCE = {"ReduceSum": 13}
