@@ -177,12 +177,16 @@ CASES = {
         1e-4,
     ),
     "globalavgpool_1x19x7x7": (pool("GlobalAveragePool", [1, 19, 7, 7]), "normalization", 1e-4),
-    "softmax_3x17": (softmax([3, 17]), "normalization", 1e-3),
-    "softmax_2x4x33": (softmax([2, 4, 33]), "normalization", 1e-3),
+    "softmax_3x10": (softmax([3, 10]), "normalization", 1e-3),  # rows shorter than a vector
+    # layer norm reduces squared deviations, which no padding of its input leaves at 0
     "layernorm_5x37": (layer_norm([5, 37]), "normalization", 1e-4),
-    # rows a multiple of the vector width long: vector partial reductions inside one parallel row loop
+    # vector partial reductions inside one parallel row loop; rows that end in part of a vector
+    # reduce what they read copied into whole vectors, padded with the reduction's identity
     "softmax_2x3x64": (softmax([2, 3, 64]), "row-reduction", 1e-3),
     "layernorm_6x128": (layer_norm([6, 128]), "row-reduction", 1e-4),
+    "softmax_3x17": (softmax([3, 17]), "row-reduction", 1e-3),
+    "softmax_2x4x33": (softmax([2, 4, 33]), "row-reduction", 1e-3),
+    "softmax_1x3x5x197": (softmax([1, 3, 5, 197]), "row-reduction", 1e-3),  # ViT's 197 patches
     "elementwise_3x17x19": (elementwise([3, 17, 19]), "injective", 1e-3),
     "transpose_2x17x33": (transpose([2, 17, 33]), "injective", 1e-4),
     "tile_3x5": (tile([3, 5], [2, 7]), "injective", 1e-4),
@@ -703,4 +707,41 @@ def test_a_conv_transpose_over_symbolic_sizes_builds_and_matches_onnxruntime(aft
         feeds = {"x": RNG.standard_normal((size[0], 4, *size[1:])).astype(np.float32)}
         np.testing.assert_allclose(
             sess.run(None, feeds)[0], reference.run(None, feeds)[0], rtol=1e-4, atol=1e-4
+        )
+
+
+def test_row_reductions_with_a_tail_are_exact_where_values_are_extreme():
+    """A row ending in part of a vector is reduced in whole vectors over a copy padded with the reduction's
+    identity: a row whose values are all far below 0 (a fully masked attention row) or above it gives
+    onnxruntime's result, not the padding's (0 would win a max of negative values and underflow every
+    exp); the last row reads nothing past the input's end."""
+    model = softmax([7, 37])
+    x = RNG.standard_normal((7, 37)).astype(np.float32)
+    x[0] = -1e9
+    x[3] = np.linspace(-400, -300, 37)
+    x[6] = np.linspace(300, 400, 37)
+    session = nx.InferenceSession(model, provider_options=[{"target": "llvm", "claim_policy": "all"}, {}])
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-3, atol=1e-6)
+    funcs = _prim_funcs(_lowered(model))
+    script = "\n".join(f.script() for f in funcs.values() if f.attrs.get(RULE_ATTR) == "row-reduction")
+    assert "pragma_loop_partition_hint" in script and "T.float32(0.0)" in script and "T.vectorized" in script
+
+
+@pytest.mark.parametrize("op", ["softmax", "layer_norm"])
+def test_row_reductions_over_a_symbolic_batch_take_the_row_rule(op):
+    """Rows counted by a symbolic batch (every transformers export) are rows all the same: the row
+    rule takes them (dlight's rule, which did, reduced scalars: ViT's layer norms ran 4x slower)."""
+    width = 197 if op == "softmax" else 128
+    model = softmax(["batch", 3, width]) if op == "softmax" else layer_norm(["batch", 5, width])
+    session = nx.InferenceSession(model, provider_options=[{"target": "llvm", "claim_policy": "all"}, {}])
+    assert "default:row-reduction" in {v.variant for k in session.kernels().values() for v in k.variants()}
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        shape = (batch, 3, width) if op == "softmax" else (batch, 5, width)
+        feeds = {"x": RNG.standard_normal(shape).astype(np.float32)}
+        np.testing.assert_allclose(
+            session.run(None, feeds)[0], reference.run(None, feeds)[0], rtol=1e-3, atol=1e-4
         )

@@ -10,8 +10,9 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
                    output pixels as the tile's rows
 `Matmul`           matmul, dense, batch matmul (+ bias/activation epilogue)
 `Pooling`          max/average pooling, single-input reductions
-`RowReduction`     softmax-like chains of last-axis reductions (vectorised partial reductions per row)
-`Normalization`    softmax, layer norm, RMS norm (dlight's CPU Reduction)
+`RowReduction`     softmax-like chains of last-axis reductions (vectorised partial reductions per row; any
+                   row count, widths of a vector or more, rows ending in part of one padded)
+`Normalization`    what is left of softmax, layer norm, RMS norm (dlight's CPU Reduction)
 `Injective`        elementwise, broadcast, transpose, reshape
 `Generic`          anything else (symbolic extents, reductions over any axis, index kernels): parallel
                    leading spatial loops, exact inner vectors
