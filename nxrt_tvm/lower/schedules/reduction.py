@@ -168,6 +168,11 @@ def _reduced_operands(sch: s_tir.Schedule, block) -> int:
     return count
 
 
+def _extent(dim):
+    """A buffer dim as dlight's block infos give extents: an int where static."""
+    return int(dim.value) if isinstance(dim, tirx.IntImm) else dim
+
+
 def _same_dims(a: list, b: list) -> bool:
     """Whether two lists of extents (ints or symbolic expressions) are the same extents."""
     return len(a) == len(b) and all(
@@ -197,8 +202,9 @@ class RowReduction(CpuRule):
             return None
         rows = [it.dom for it in last.iters[:-1]]
         width = last.iters[-1].dom
-        if not isinstance(width, int) or width < lanes:
-            return None  # rows may be symbolic (a batch); their width is static, a vector at least
+        if isinstance(width, int) and width < lanes:
+            return None  # rows may be symbolic (a batch), and so may their width (a sequence)
+        whole = width // lanes if isinstance(width, int) else None  # whole vectors per row, where known
         reductions = [info for info in blocks if not info.is_injective()]
         if not reductions:
             return None
@@ -223,7 +229,7 @@ class RowReduction(CpuRule):
             if info.is_injective() and len(sch.get_consumers(info.block_rv)) == 1:
                 sch.compute_inline(info.block_rv)
         padded: dict[str, float] = {}  # blocks writing vectors padded with a reduction's identity
-        if width % lanes:
+        if whole is None or width % lanes:
             for info in reductions:
                 if not _padded_operand(sch, info.block_rv, width, lanes, padded):
                     return None
@@ -253,10 +259,10 @@ class RowReduction(CpuRule):
                 sch.vectorize(block_loops[-1])
                 sch.decompose_reduction(block, block_loops[0])
             elif name in padded:  # (..., chunk, lane) already
-                _vectorize_whole(sch, block_loops[-2], width // lanes)
+                _vectorize_whole(sch, block_loops[-2], whole)
             elif all(iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(block).iter_vars):
-                _vectorize_whole(sch, sch.split(block_loops[-1], factors=[None, lanes])[0], width // lanes)
-        _vectorize_whole(sch, out_chunks, width // lanes)
+                _vectorize_whole(sch, sch.split(block_loops[-1], factors=[None, lanes])[0], whole)
+        _vectorize_whole(sch, out_chunks, whole)
         return sch
 
 
@@ -265,12 +271,13 @@ class RowReduction(CpuRule):
 PARTITION_HINT = "pragma_loop_partition_hint"
 
 
-def _vectorize_whole(sch: s_tir.Schedule, chunks, whole: int) -> None:
+def _vectorize_whole(sch: s_tir.Schedule, chunks, whole: int | None) -> None:
     """Vectorise the lane loop under `chunks` (the chunk, lane split of a row) where a row is `whole`
-    vectors; where it ends in a part of one, the chunk loop is partitioned when lowered: the whole
+    vectors (None: a symbolic width); where it ends in a part of one, the chunk loop is partitioned when
+    lowered: the whole
     vectors run unguarded, the last part apart (TVM scalarises a guarded lane loop whole: a 1500-wide
     softmax ran 2.4x slower so)."""
-    if extent_of(sch, chunks) != whole and _static(sch.mod["main"]):
+    if whole is not None and extent_of(sch, chunks) != whole and _static(sch.mod["main"]):
         # TVM 0.27's LoopPartition mixes int32 bounds into int64 loops, which stay int64 where a dim is
         # symbolic ("mismatched types. int32 vs. int64" when built): those tails stay guarded
         sch.annotate(chunks, PARTITION_HINT, 1)
@@ -283,7 +290,7 @@ def _static(func: tirx.PrimFunc) -> bool:
     return all(isinstance(d, tirx.IntImm) for p in func.params if isinstance(p, tirx.Buffer) for d in p.shape)
 
 
-def _padded_operand(sch: s_tir.Schedule, block, width: int, lanes: int, padded: dict[str, float]) -> bool:
+def _padded_operand(sch: s_tir.Schedule, block, width, lanes: int, padded: dict[str, float]) -> bool:
     """Lay out what reduction `block` reduces as [..., chunk, lane] with its identity after the row's
     end, so its vector partial reductions read no element of another row (False: it cannot be).
 
@@ -306,7 +313,9 @@ def _padded_operand(sch: s_tir.Schedule, block, width: int, lanes: int, padded: 
         ),
         None,
     )
-    if not isinstance(operand, tvm.ir.TensorLoad) or operand.source.shape[-1] != width:
+    if not isinstance(operand, tvm.ir.TensorLoad) or not _same_dims(
+        [_extent(operand.source.shape[-1])], [width]
+    ):
         return False
     index = next(i for i, r in enumerate(stmt.reads) if r.source.same_as(operand.source))
     writer = sch.cache_read(block, index, "global")
