@@ -31,6 +31,7 @@ from . import schedules
 from .fold_constants import with_bulk_folding
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
+from .size_params import SizeParamsInOrder
 from .strict import own_pass
 from .tuned import SEARCHED_MARGIN, TUNING_ATTR, ApplyTuningRecords, TuningDatabase, TuningRecords
 
@@ -242,10 +243,15 @@ def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) ->
     backend = _backend(target)
     pre_legalize, _ = schedule_phase(target, lowering.schedule_passes, lowering.conv_algorithm)
     mark_layout_free, _ = layout_passes(target)
+    legalize: list[tvm.transform.Pass] = []
+    for p in with_bulk_folding(backend.legalize_passes(target)):
+        legalize.append(p)
+        if p.info.name in ("LegalizeOps", "FuseTIR"):  # each makes kernels whose size parameters it orders
+            legalize.append(SizeParamsInOrder)  # by address (`lower.size_params`)
     return [
         *backend.library_dispatch_passes(target),
         *pre_legalize,
-        *with_bulk_folding(backend.legalize_passes(target)),
+        *legalize,
         *mark_layout_free,
     ]
 

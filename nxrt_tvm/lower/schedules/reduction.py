@@ -287,7 +287,9 @@ def _vectorize_whole(sch: s_tir.Schedule, chunks, whole: int | None) -> None:
 
 def _static(func: tirx.PrimFunc) -> bool:
     """Whether every parameter of `func` has a static shape."""
-    return all(isinstance(d, tirx.IntImm) for p in func.params if isinstance(p, tirx.Buffer) for d in p.shape)
+    return all(
+        isinstance(d, tirx.IntImm) for p in func.params if isinstance(p.ty, tirx.BufferType) for d in p.shape
+    )
 
 
 def _padded_operand(sch: s_tir.Schedule, block, width, lanes: int, padded: dict[str, float]) -> bool:

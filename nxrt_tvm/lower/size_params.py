@@ -1,0 +1,141 @@
+"""Kernels take their symbolic sizes in one order, whatever the process.
+
+TVM's `call_te` (every legalised op, our fast-math kernels) appends the sizes a kernel needs
+beyond its tensors' dims (`height`, `width` of a softmax over a flattened feature map) in the
+order a Python set of TIR variables iterates: by object address. The same model then gave
+kernels whose parameters came in another order from run to run, and with them other fusions,
+other kernel names and other structural hashes (YOLOv8n: 151 to 153 kernels, and tuning records
+are keyed by those hashes), and kernels equal but for that order stayed apart. `SizeParamsInOrder`
+puts each kernel's size parameters in the order its buffers' shapes use them, with its calls'
+arguments, and merges the kernels that are then equal, right after legalisation.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax, tirx
+
+from .strict import own_pass
+
+__all__ = ["SizeParamsInOrder"]
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def _sorted_sizes(func: tirx.PrimFunc) -> list[int] | None:
+    """For each parameter slot of `func`, the index of the parameter that goes there with its size
+    parameters in the order they first appear in its buffers' shapes (then by name: several may share
+    one, as TVM's Range converter names every length `range_len`); None where they are in order."""
+    seen: dict[tirx.Var, int] = {}
+    for param in func.params:
+        if isinstance(param.ty, tirx.BufferType):
+            for dim in param.shape:
+                for var in tirx.analysis.undefined_vars(dim):
+                    seen.setdefault(var, len(seen))
+    slots = [i for i, p in enumerate(func.params) if not isinstance(p.ty, tirx.BufferType)]
+    order = sorted(slots, key=lambda i: (seen.get(func.params[i], len(seen)), str(func.params[i].name)))
+    if order == slots:
+        return None
+    perm = list(range(len(func.params)))
+    for slot, source in zip(slots, order):
+        perm[slot] = source
+    return perm
+
+
+@relax.expr_functor.mutator
+class _PermuteCalls(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, perms: dict[str, list[int]], same: dict[str, tvm.ir.GlobalVar]):
+        super().__init__(mod)
+        self.perms = perms
+        self.same = same  #: kernel name -> the equal kernel its calls now call
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not _calls_kernel(call):
+            return call
+        name = call.args[0].name_hint
+        perm, callee = self.perms.get(name), self.same.get(name, call.args[0])
+        if perm is None and callee.same_as(call.args[0]):
+            return call
+        fields = list(call.args[1].fields)
+        inputs = relax.Tuple([fields[i] for i in perm[: len(fields)]]) if perm is not None else call.args[1]
+        return relax.Call(call.op, [callee, inputs, *call.args[2:]], call.attrs, call.ty_args, call.span)
+
+
+def _calls_kernel(call: relax.Expr) -> bool:
+    return (
+        isinstance(call, relax.Call)
+        and call.op.same_as(_CALL_TIR)
+        and isinstance(call.args[0], tvm.ir.GlobalVar)
+        and isinstance(call.args[1], relax.Tuple)
+    )
+
+
+def _plain_callers(mod: tvm.IRModule) -> dict[str, bool]:
+    """Per kernel name: whether every use of it is a `call_tir` whose argument tuple holds all its size
+    parameters (a kernel used any other way keeps its order)."""
+    plain: dict[str, bool] = {}
+    last_size = {  # the index of each kernel's last size parameter
+        gv.name_hint: max(
+            (i for i, p in enumerate(f.params) if not isinstance(p.ty, tirx.BufferType)), default=-1
+        )
+        for gv, f in mod.functions_items()
+        if isinstance(f, tirx.PrimFunc)
+    }
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and _calls_kernel(expr):
+            name = expr.args[0].name_hint
+            plain[name] = plain.get(name, True) and len(expr.args[1].fields) > last_size.get(name, 0)
+        elif isinstance(expr, relax.Call):
+            for arg in expr.args:
+                if isinstance(arg, tvm.ir.GlobalVar) and arg.name_hint in last_size:
+                    plain[arg.name_hint] = False
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return plain
+
+
+@tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.SizeParamsInOrder")
+@own_pass
+def SizeParamsInOrder(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+    """Each kernel's size parameters in order (`_sorted_sizes`), with the arguments of every call to it;
+    kernels then equal merged into the first by name."""
+    plain = _plain_callers(mod)
+    perms: dict[str, list[int]] = {}
+    kernels: dict[tvm.ir.GlobalVar, tirx.PrimFunc] = {}
+    for gv, func in sorted(mod.functions_items(), key=lambda item: item[0].name_hint):
+        if not isinstance(func, tirx.PrimFunc) or not plain.get(gv.name_hint, False):
+            continue
+        perm = _sorted_sizes(func)
+        if perm is not None:
+            perms[gv.name_hint] = perm
+            func = tirx.PrimFunc(
+                [func.params[i] for i in perm], func.body, func.ret_type, func.attrs, func.span
+            )
+        kernels[gv] = func
+    if not perms:
+        return mod
+    same: dict[str, tvm.ir.GlobalVar] = {}
+    first: dict[int, list[tvm.ir.GlobalVar]] = {}
+    bare = {gv: func.without_attr("global_symbol") for gv, func in kernels.items()}  # its name
+    for gv, func in bare.items():
+        bucket = first.setdefault(tvm_ffi.structural_hash(func), [])
+        equal = next((k for k in bucket if tvm_ffi.structural_equal(bare[k], func)), None)
+        if equal is None:
+            bucket.append(gv)
+        else:
+            same[gv.name_hint] = equal
+    mutator = _PermuteCalls(mod, perms, same)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    out = mutator.builder_.get()
+    functions = {gv: kernels.get(gv, func) for gv, func in out.functions_items() if gv.name_hint not in same}
+    merged = tvm.IRModule(functions, attrs=out.attrs)
+    for name, infos in (out.global_infos or {}).items():
+        merged.update_global_info(name, infos)
+    return merged

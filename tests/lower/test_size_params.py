@@ -1,0 +1,48 @@
+"""Kernels take their symbolic sizes in one order: compiles do not depend on object addresses."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te, tirx
+
+from nxrt_tvm.lower.size_params import SizeParamsInOrder
+from nxrt_tvm.lower.target import make_target
+
+TARGET = make_target("llvm")
+
+
+def _two_orders() -> tvm.IRModule:
+    """`main` calls two kernels that compute the same thing and take (h, w) in the two orders, as
+    `call_te` makes them (its order is a set's)."""
+    h, w = tirx.Var("h", "int64"), tirx.Var("w", "int64")
+    x = te.placeholder((h, w), name="x")
+    y = te.compute((h, w), lambda i, j: x[i, j] * 2.0 + tirx.Cast("float32", h - w), name="y")
+    bb = relax.BlockBuilder()
+    arg = relax.Var("x", relax.TensorType([h, w], "float32"))
+    with bb.function("main", [arg]):
+        with bb.dataflow():
+            hw = bb.add_func(te.create_prim_func([x, h, w, y]).with_attr("global_symbol", "hw"), "hw")
+            wh = bb.add_func(te.create_prim_func([x, w, h, y]).with_attr("global_symbol", "wh"), "wh")
+            out = relax.TensorType([h, w], "float32")
+            a = bb.emit(relax.call_tir(hw, [arg, relax.prim_value(h), relax.prim_value(w)], out))
+            b = bb.emit(relax.call_tir(wh, [a, relax.prim_value(w), relax.prim_value(h)], out))
+            result = bb.emit_output(b)
+        bb.emit_func_output(result)
+    return bb.get()
+
+
+def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
+    vm = relax.VirtualMachine(tvm.compile(mod, TARGET), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_size_parameters_in_shape_order_and_equal_kernels_merged():
+    before = _two_orders()
+    after = SizeParamsInOrder(before)
+    kernels = {gv.name_hint: f for gv, f in after.functions_items() if isinstance(f, tirx.PrimFunc)}
+    assert list(kernels) == ["hw"]  # "wh" was "hw" with its sizes swapped
+    assert [str(p.name) for p in kernels["hw"].params][1:3] == ["h", "w"]
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(_run(after, x), _run(before, x))
+    np.testing.assert_allclose(_run(after, x), (x * 2 - 2) * 2 - 2, rtol=1e-6)
