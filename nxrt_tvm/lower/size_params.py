@@ -12,6 +12,8 @@ arguments, and merges the kernels that are then equal, right after legalisation.
 
 from __future__ import annotations
 
+import re
+
 import tvm
 import tvm_ffi
 from tvm import relax, tirx
@@ -45,22 +47,21 @@ def _sorted_sizes(func: tirx.PrimFunc) -> list[int] | None:
 
 @relax.expr_functor.mutator
 class _PermuteCalls(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, perms: dict[str, list[int]], same: dict[str, tvm.ir.GlobalVar]):
+    def __init__(self, mod: tvm.IRModule, perms: dict[str, list[int]], callees: dict[str, tvm.ir.GlobalVar]):
         super().__init__(mod)
         self.perms = perms
-        self.same = same  #: kernel name -> the equal kernel its calls now call
+        self.callees = callees  #: kernel name -> what its calls now call (itself renamed, or its equal)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if not _calls_kernel(call):
+        if not _calls_kernel(call) or call.args[0].name_hint not in self.callees:
             return call
         name = call.args[0].name_hint
-        perm, callee = self.perms.get(name), self.same.get(name, call.args[0])
-        if perm is None and callee.same_as(call.args[0]):
-            return call
+        perm = self.perms.get(name)
         fields = list(call.args[1].fields)
         inputs = relax.Tuple([fields[i] for i in perm[: len(fields)]]) if perm is not None else call.args[1]
-        return relax.Call(call.op, [callee, inputs, *call.args[2:]], call.attrs, call.ty_args, call.span)
+        args = [self.callees[name], inputs, *call.args[2:]]
+        return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
 
 
 def _calls_kernel(call: relax.Expr) -> bool:
@@ -103,7 +104,7 @@ def _plain_callers(mod: tvm.IRModule) -> dict[str, bool]:
 @own_pass
 def SizeParamsInOrder(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
     """Each kernel's size parameters in order (`_sorted_sizes`), with the arguments of every call to it;
-    kernels then equal merged into the first by name."""
+    kernels then equal merged, and named in call order (`_names_in_call_order`)."""
     plain = _plain_callers(mod)
     perms: dict[str, list[int]] = {}
     kernels: dict[tvm.ir.GlobalVar, tirx.PrimFunc] = {}
@@ -117,9 +118,9 @@ def SizeParamsInOrder(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm
                 [func.params[i] for i in perm], func.body, func.ret_type, func.attrs, func.span
             )
         kernels[gv] = func
-    if not perms:
+    if not kernels:
         return mod
-    same: dict[str, tvm.ir.GlobalVar] = {}
+    same: dict[str, str] = {}  # kernel name -> the name of the equal kernel it merges into
     first: dict[int, list[tvm.ir.GlobalVar]] = {}
     bare = {gv: func.without_attr("global_symbol") for gv, func in kernels.items()}  # its name
     for gv, func in bare.items():
@@ -128,14 +129,58 @@ def SizeParamsInOrder(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm
         if equal is None:
             bucket.append(gv)
         else:
-            same[gv.name_hint] = equal
-    mutator = _PermuteCalls(mod, perms, same)
+            same[gv.name_hint] = equal.name_hint
+    renamed = _names_in_call_order(
+        mod, {gv.name_hint: same.get(gv.name_hint, gv.name_hint) for gv in kernels}
+    )
+    callees = {name: renamed[same.get(name, name)] for name in (gv.name_hint for gv in kernels)}
+    mutator = _PermuteCalls(mod, perms, callees)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))
     out = mutator.builder_.get()
-    functions = {gv: kernels.get(gv, func) for gv, func in out.functions_items() if gv.name_hint not in same}
-    merged = tvm.IRModule(functions, attrs=out.attrs)
+    functions = {gv: func for gv, func in out.functions_items() if gv.name_hint not in callees}
+    for gv, func in kernels.items():
+        if gv.name_hint not in same:
+            new = renamed[gv.name_hint]
+            symbol = func.attrs is not None and "global_symbol" in func.attrs
+            functions[new] = func.with_attr("global_symbol", new.name_hint) if symbol else func
+    result = tvm.IRModule(functions, attrs=out.attrs)
     for name, infos in (out.global_infos or {}).items():
-        merged.update_global_info(name, infos)
-    return merged
+        result.update_global_info(name, infos)
+    return result
+
+
+_DIGITS = re.compile(r"\d+$")
+
+
+def _names_in_call_order(mod: tvm.IRModule, kernels: dict[str, str]) -> dict[str, tvm.ir.GlobalVar]:
+    """New global vars for the kernels that stay (`kernels`: each kernel's name -> the name of the one it
+    is merged into, or its own), named in the order the Relax functions first call them: each name's
+    numbering came from the order TVM made kernels, which merged duplicates shifted. The same model
+    compiles to the same kernel names, and its artifact to the same bytes."""
+    todo = set(kernels.values())
+    taken = {gv.name_hint for gv in mod.get_global_vars() if gv.name_hint not in kernels}
+    order: list[str] = []
+
+    def visit(expr) -> None:
+        if _calls_kernel(expr) and expr.args[0].name_hint in kernels:
+            kept = kernels[expr.args[0].name_hint]
+            if kept not in order:
+                order.append(kept)
+
+    for gv, func in sorted(mod.functions_items(), key=lambda item: item[0].name_hint):
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    order += sorted(todo - set(order))
+    renamed: dict[str, tvm.ir.GlobalVar] = {}
+    for name in order:
+        base, k = _DIGITS.sub("", name) or name, 0
+        new = base
+        while new in taken:
+            k += 1
+            new = f"{base}{k}"
+        taken.add(new)
+        renamed[name] = tvm.ir.GlobalVar(new)
+        relax.expr._update_type(renamed[name], mod.get_global_var(name).ty)  # what add_func gives one
+    return renamed

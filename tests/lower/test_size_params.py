@@ -46,3 +46,28 @@ def test_size_parameters_in_shape_order_and_equal_kernels_merged():
     x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
     np.testing.assert_array_equal(_run(after, x), _run(before, x))
     np.testing.assert_allclose(_run(after, x), (x * 2 - 2) * 2 - 2, rtol=1e-6)
+
+
+def test_kernels_are_named_in_call_order():
+    """TVM numbers kernels in the order it makes them (`add7`, `add3`), which merged duplicates and
+    set-ordered work shift; renamed by first call, one model always compiles to the same names."""
+    x = te.placeholder((4,), name="x")
+    bb = relax.BlockBuilder()
+    arg = relax.Var("x", relax.TensorType([4], "float32"))
+    out = relax.TensorType([4], "float32")
+    with bb.function("main", [arg]):
+        with bb.dataflow():
+            double = te.create_prim_func([x, te.compute((4,), lambda i: x[i] * 2.0, name="y")])
+            square = te.create_prim_func([x, te.compute((4,), lambda i: x[i] * x[i], name="y")])
+            late = bb.add_func(square, "k7")
+            early = bb.add_func(double, "k3")
+            a = bb.emit(relax.call_tir(late, [arg], out))
+            b = bb.emit(relax.call_tir(early, [a], out))
+            result = bb.emit_output(b)
+        bb.emit_func_output(result)
+    before = bb.get()
+    after = SizeParamsInOrder(before)
+    assert sorted(gv.name_hint for gv in after.get_global_vars()) == ["k", "k1", "main"]
+    assert after["k"].body.same_as(before["k7"].body)  # called first
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(_run(after, x), x * x * 2)
