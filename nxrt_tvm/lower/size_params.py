@@ -7,7 +7,8 @@ kernels whose parameters came in another order from run to run, and with them ot
 other kernel names and other structural hashes (YOLOv8n: 151 to 153 kernels, and tuning records
 are keyed by those hashes), and kernels equal but for that order stayed apart. `SizeParamsInOrder`
 puts each kernel's size parameters in the order its buffers' shapes use them, with its calls'
-arguments, and merges the kernels that are then equal, right after legalisation.
+arguments, merges the kernels that are then equal and names them in the order they are first called,
+after legalisation and after fusion (each makes kernels).
 """
 
 from __future__ import annotations

@@ -228,7 +228,7 @@ class RowReduction(CpuRule):
             # its sum and its normalisation): computed once per row
             if info.is_injective() and len(sch.get_consumers(info.block_rv)) == 1:
                 sch.compute_inline(info.block_rv)
-        padded: dict[str, float] = {}  # blocks writing vectors padded with a reduction's identity
+        padded: set[str] = set()  # blocks writing vectors padded with a reduction's identity
         if whole is None or width % lanes:
             for info in reductions:
                 if not _padded_operand(sch, info.block_rv, width, lanes, padded):
@@ -274,9 +274,8 @@ PARTITION_HINT = "pragma_loop_partition_hint"
 def _vectorize_whole(sch: s_tir.Schedule, chunks, whole: int | None) -> None:
     """Vectorise the lane loop under `chunks` (the chunk, lane split of a row) where a row is `whole`
     vectors (None: a symbolic width); where it ends in a part of one, the chunk loop is partitioned when
-    lowered: the whole
-    vectors run unguarded, the last part apart (TVM scalarises a guarded lane loop whole: a 1500-wide
-    softmax ran 2.4x slower so)."""
+    lowered: the whole vectors run unguarded, the last part apart (TVM scalarises a guarded lane loop
+    whole: a 1500-wide softmax ran 2.4x slower so)."""
     if whole is not None and extent_of(sch, chunks) != whole and _static(sch.mod["main"]):
         # TVM 0.27's LoopPartition mixes int32 bounds into int64 loops, which stay int64 where a dim is
         # symbolic ("mismatched types. int32 vs. int64" when built): those tails stay guarded
@@ -292,14 +291,14 @@ def _static(func: tirx.PrimFunc) -> bool:
     )
 
 
-def _padded_operand(sch: s_tir.Schedule, block, width, lanes: int, padded: dict[str, float]) -> bool:
+def _padded_operand(sch: s_tir.Schedule, block, width, lanes: int, padded: set[str]) -> bool:
     """Lay out what reduction `block` reduces as [..., chunk, lane] with its identity after the row's
     end, so its vector partial reductions read no element of another row (False: it cannot be).
 
     The reduced value must be one buffer's element (softmax's max and sum; not layer norm's squared
     deviations). It is copied row by row into the padded layout (`cache_read`): TVM pads a buffer where
     it is written only where that block's loops can grow (a second writer of the padding, otherwise,
-    which `compute_at` refuses). `padded` maps the copies to their pad value."""
+    which `compute_at` refuses). The copy's block is added to `padded`."""
     stmt = sch.get(block)
     body, init = stmt.body, stmt.init
     if not (isinstance(body, tirx.BufferStore) and isinstance(init, tirx.BufferStore)):
@@ -322,9 +321,8 @@ def _padded_operand(sch: s_tir.Schedule, block, width, lanes: int, padded: dict[
     index = next(i for i, r in enumerate(stmt.reads) if r.source.same_as(operand.source))
     writer = sch.cache_read(block, index, "global")
     name = sch.get(writer).name_hint
-    identity = float(init.value.value)
     rank = len(operand.source.shape)
     layout = tirx.IndexMap.from_func(lambda *i: (*i[:-1], i[-1] // lanes, i[-1] % lanes), ndim=rank)
-    sch.transform_layout(writer, ("write", 0), layout, pad_value=tirx.FloatImm(body.buffer.dtype, identity))
-    padded[name] = identity
+    sch.transform_layout(writer, ("write", 0), layout, pad_value=init.value)  # the identity
+    padded.add(name)
     return True
