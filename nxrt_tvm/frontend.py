@@ -315,11 +315,17 @@ def _resolve_sizes(
                 if not _ANALYZER.can_prove_equal(shape[-back], size):
                     resolved[-back] = size
         if any(not r.same_as(d) for r, d in zip(resolved, shape)):
-            dtype = str(inputs[i].ty.dtype.dtype)
             wide = tuple(broadcast and not r.same_as(d) for r, d in zip(resolved, shape))
-            check = bb.add_func(_size_check(len(shape), dtype, wide, node), "nxrt_size_check")
-            out[i] = bb.normalize(relax.call_tir(check, (inputs[i],), relax.TensorType(resolved, dtype)))
+            out[i] = _checked_as(bb, inputs[i], resolved, wide, node)
     return out
+
+
+def _checked_as(bb: relax.BlockBuilder, data: relax.Expr, resolved: list, wide: tuple[bool, ...], node: str):
+    """`data` as a tensor of shape `resolved`, checked when it runs to have that shape (`_size_check`;
+    `wide`: axes where a size of 1 broadcasts to it)."""
+    dtype = str(data.ty.dtype.dtype)
+    check = bb.add_func(_size_check(len(resolved), dtype, wide, node), "nxrt_size_check")
+    return bb.normalize(relax.call_tir(check, (data,), relax.TensorType(resolved, dtype)))
 
 
 def _sizes_resolved(base: type, broadcast: bool = True) -> type:
@@ -430,9 +436,7 @@ def _unit_axes_checked(bb: relax.BlockBuilder, data, axes, node: str):
     ]
     if all(r.same_as(d) for r, d in zip(resolved, dims)):
         return data
-    dtype = str(data.ty.dtype.dtype)
-    check = bb.add_func(_size_check(len(dims), dtype, (False,) * len(dims), node), "nxrt_size_check")
-    return bb.normalize(relax.call_tir(check, (data,), relax.TensorType(resolved, dtype)))
+    return _checked_as(bb, data, resolved, (False,) * len(dims), node)
 
 
 class _Squeeze(onnx_frontend.Squeeze):

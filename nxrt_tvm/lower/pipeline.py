@@ -246,8 +246,9 @@ def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) ->
     legalize: list[tvm.transform.Pass] = []
     for p in with_bulk_folding(backend.legalize_passes(target)):
         legalize.append(p)
-        if p.info.name in ("LegalizeOps", "FuseTIR"):  # each makes kernels whose size parameters it orders
-            legalize.append(SizeParamsInOrder)  # by address (`lower.size_params`)
+        # each makes kernels whose size parameters it orders by address (`lower.size_params`)
+        if p.info.name in ("LegalizeOps", "FuseTIR"):
+            legalize.append(SizeParamsInOrder)
     return [
         *backend.library_dispatch_passes(target),
         *pre_legalize,

@@ -4,7 +4,7 @@ TVM's `call_te` (every legalised op, our fast-math kernels) appends the sizes a 
 beyond its tensors' dims (`height`, `width` of a softmax over a flattened feature map) in the
 order a Python set of TIR variables iterates: by object address. The same model then gave
 kernels whose parameters came in another order from run to run, and with them other fusions,
-other kernel names and other structural hashes (YOLOv8n: 151 to 153 kernels, and tuning records
+other kernel names and other structural hashes (YOLOv8n: 151 to 154 kernels, and tuning records
 are keyed by those hashes), and kernels equal but for that order stayed apart. `SizeParamsInOrder`
 puts each kernel's size parameters in the order its buffers' shapes use them, with its calls'
 arguments, merges the kernels that are then equal and names them in the order they are first called,
@@ -87,7 +87,7 @@ def _plain_callers(mod: tvm.IRModule) -> dict[str, bool]:
     }
 
     def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and _calls_kernel(expr):
+        if _calls_kernel(expr):
             name = expr.args[0].name_hint
             plain[name] = plain.get(name, True) and len(expr.args[1].fields) > last_size.get(name, 0)
         elif isinstance(expr, relax.Call):
@@ -131,10 +131,9 @@ def SizeParamsInOrder(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm
             bucket.append(gv)
         else:
             same[gv.name_hint] = equal.name_hint
-    renamed = _names_in_call_order(
-        mod, {gv.name_hint: same.get(gv.name_hint, gv.name_hint) for gv in kernels}
-    )
-    callees = {name: renamed[same.get(name, name)] for name in (gv.name_hint for gv in kernels)}
+    kept = {gv.name_hint: same.get(gv.name_hint, gv.name_hint) for gv in kernels}
+    renamed = _names_in_call_order(mod, kept)
+    callees = {name: renamed[survivor] for name, survivor in kept.items()}
     mutator = _PermuteCalls(mod, perms, callees)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
@@ -159,23 +158,21 @@ def _names_in_call_order(mod: tvm.IRModule, kernels: dict[str, str]) -> dict[str
     """New global vars for the kernels that stay (`kernels`: each kernel's name -> the name of the one it
     is merged into, or its own), named in the order the Relax functions first call them: each name's
     numbering came from the order TVM made kernels, which merged duplicates shifted. The same model
-    compiles to the same kernel names, and its artifact to the same bytes."""
+    compiles to the same kernel names (its executable's bytes still vary: TVM's VMShapeLower orders
+    its shape slots by address)."""
     todo = set(kernels.values())
     taken = {gv.name_hint for gv in mod.get_global_vars() if gv.name_hint not in kernels}
-    order: list[str] = []
+    order: dict[str, None] = {}  # the kept kernels, first called first
 
     def visit(expr) -> None:
         if _calls_kernel(expr) and expr.args[0].name_hint in kernels:
-            kept = kernels[expr.args[0].name_hint]
-            if kept not in order:
-                order.append(kept)
+            order.setdefault(kernels[expr.args[0].name_hint])
 
     for gv, func in sorted(mod.functions_items(), key=lambda item: item[0].name_hint):
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
-    order += sorted(todo - set(order))
     renamed: dict[str, tvm.ir.GlobalVar] = {}
-    for name in order:
+    for name in [*order, *sorted(todo - order.keys())]:
         base, k = _DIGITS.sub("", name) or name, 0
         new = base
         while new in taken:
