@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from .api.errors import InvalidProviderOptions
 from .api.provider import EpConfig, inlined_ops
+from .epcontext.record import EpContext
 from .epcontext.signing import PrivateKey, load_private_key, sign_model
+from .epcontext.variants import check_cpu_names, fat_context
 from .epcontext.writer import write_context_model
 from .graph.model import ModelSource, load_model
 from .partition.plan import PartitionPlan, make_plan
@@ -49,6 +52,7 @@ def compile_model(
     provider_options: Mapping[str, Any] | None = None,
     progress: bool | None = None,
     sign: str | os.PathLike | PrivateKey | None = None,
+    cpus: Sequence[str] | None = None,
 ) -> CompileReport:
     """Compile every partition the TVM EP claims and write `output` with EPContext nodes.
 
@@ -59,27 +63,42 @@ def compile_model(
     cannot load a blob can recompile or fall back. `tuning_logs` applies the
     records of this target's device key (see `nxrt_tvm.tuning`). `sign` (a PEM private key file or
     key object, ECDSA P-256 or Ed25519) writes `OUTPUT.sig`, a signature over the model and its blob
-    files that hosts with `nxrt.trusted_keys` check before loading any blob.
+    files that hosts with `nxrt.trusted_keys` check before loading any blob. `cpus` (LLVM CPU names,
+    e.g. ``["x86-64-v3", "znver4"]``) builds every partition once per CPU into one "fat" node; a host
+    loads the variant it runs best (`epcontext.variants`). The plan is this host's either way.
     """
     started = time.perf_counter()
     key = load_private_key(sign) if sign is not None else None  # a bad key fails before the compile
+    names = check_cpu_names(cpus) if cpus is not None else ()
     options = dict(provider_options or {})
     if tuning_logs is not None:
         options["tuning_logs"] = tuning_logs
+    config = EpConfig(show_progress=progress)
     tvm_ep = TvmExecutionProvider(target=target, weightless=weightless, **options)
-    tvm_ep.initialize(EpConfig(show_progress=progress))
+    tvm_ep.initialize(config)
+    builders = _cpu_builders(tvm_ep, names, weightless, options, config)
     providers = [tvm_ep, CPUExecutionProvider()]
     graph = load_model(model, inline=inlined_ops(providers))
     plan = make_plan(graph, providers)
     compiled = [p for p in plan.partitions if p.ep == tvm_ep.ep_id]
-    contexts = {}
-    for partition in tqdm(
-        compiled,
+    contexts: dict[str, EpContext] = {}
+    bar = tqdm(
+        total=len(compiled) * max(len(builders), 1),
         desc="exporting partitions",
-        unit="partition",
+        unit="build",
         disable=None if progress is None else not progress,
-    ):
-        contexts[partition.name] = tvm_ep.save_context(tvm_ep.compile(graph, partition))
+    )
+    with bar:
+        for partition in compiled:
+            if not builders:
+                contexts[partition.name] = tvm_ep.save_context(tvm_ep.compile(graph, partition))
+                bar.update()
+                continue
+            builds = []
+            for mcpu, ep in builders:
+                builds.append((mcpu, ep.save_context(ep.compile(graph, partition))))
+                bar.update()
+            contexts[partition.name] = fat_context(builds)
     files = write_context_model(
         graph, plan, contexts, output, embed_mode=1 if embed else 0, keep_source=keep_source
     )
@@ -89,3 +108,30 @@ def compile_model(
         files.append(signature)
     seconds = time.perf_counter() - started
     return CompileReport(Path(output), tuple(files), plan, len(compiled), seconds, signature)
+
+
+def _cpu_builders(
+    host: TvmExecutionProvider,
+    cpus: tuple[str, ...],
+    weightless: bool,
+    options: dict[str, Any],
+    config: EpConfig,
+) -> list[tuple[str, TvmExecutionProvider]]:
+    """An EP per CPU of a fat compile (the host's own EP where its CPU is listed); none for a plain one."""
+    if not cpus:
+        return []
+    if host.target.kind.name != "llvm":
+        raise InvalidProviderOptions(
+            f"cpus builds CPU variants; the target is {host.target.kind.name!r}: "
+            "drop cpus, or use target llvm"
+        )
+    spec = dict(host.target.export())
+    builders = []
+    for mcpu in cpus:
+        if mcpu == str(host.target.attrs.get("mcpu", "")):
+            builders.append((mcpu, host))
+            continue
+        ep = TvmExecutionProvider(target=spec | {"mcpu": mcpu}, weightless=weightless, **options)
+        ep.initialize(config)
+        builders.append((mcpu, ep))
+    return builders

@@ -365,6 +365,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         provider_options=options,
         progress=None if not args.json else False,
         sign=args.sign,
+        cpus=None if args.cpus is None else args.cpus.split(","),
     )
     summary = {
         "output": str(report.output),
@@ -374,6 +375,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         "fallback_partitions": len(report.plan.partitions) - report.compiled_partitions,
         "declines": len(report.plan.declines),
         "seconds": round(report.seconds, 3),
+        "cpus": None if args.cpus is None else args.cpus.split(","),
     }
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -683,6 +685,12 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="KEY",
         help="sign the model and its blobs with this PEM private key (writes OUT.sig)",
+    )
+    comp.add_argument(
+        "--cpus",
+        metavar="CPU,...",
+        help="one build per CPU (LLVM names, e.g. x86-64-v3,znver4,sapphirerapids) in each partition; "
+        "a host loads the closest it can run",
     )
     comp.set_defaults(func=_cmd_compile)
     keygen = sub.add_parser("keygen", help="make a key pair for compile --sign and nxrt.trusted_keys")

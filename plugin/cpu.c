@@ -65,7 +65,7 @@ static const char* const TUNING[] = {
     "sbb-dep-breaking", "nopl", "fsrm", "ermsb", "lea-sp", "lea-uses-ag", "pad-short-functions",
     "use-glm-div-sqrt-costs", "use-slm-arith-costs", "branch-hint", "harden-sls-ijmp", "harden-sls-ret",
     "retpoline", "retpoline-external-thunk", "retpoline-indirect-branches", "retpoline-indirect-calls",
-    "lvi-cfi", "lvi-load-hardening", "seses", "inline-asm-use-gpr32", NULL};
+    "lvi-cfi", "lvi-load-hardening", "seses", "inline-asm-use-gpr32", "faster-shift-than-shuffle", "vzeroupper", NULL};
 static const char* const TUNING_PREFIX[] = {"fast-", "slow-", "tuning-", "prefer-", "false-deps-", "avoid-", "no-bypass-delay",
                                              NULL};
 

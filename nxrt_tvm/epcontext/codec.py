@@ -14,7 +14,7 @@ import onnx
 from onnx import helper
 
 from ..api.errors import ContextIntegrityError, ContextPathError
-from .record import EpContext, TensorSignature
+from .record import BlobVariant, EpContext, TensorSignature
 
 __all__ = [
     "EP_CONTEXT_DOMAIN",
@@ -47,6 +47,8 @@ def encode_node(ctx: EpContext, node_name: str) -> onnx.NodeProto:
         "tuning_digest": ctx.tuning_digest,
         "tuning_sources": list(ctx.tuning_sources),
     }
+    if ctx.variants:
+        notes["variants"] = [v.to_json() for v in ctx.variants]
     if ctx.embed_mode == 1:
         cache_context: bytes | str = ctx.blob
     elif ctx.external_path:
@@ -135,6 +137,7 @@ def decode_node(node: onnx.NodeProto, model_dir: Path | None) -> EpContext:
             tuning_sources=tuple(str(k) for k in notes.get("tuning_sources", [])),
             format_version=int(notes.get("format_version", 0)),
             external_path=external,
+            variants=tuple(BlobVariant.from_json(v) for v in notes.get("variants", [])),
         )
     except ContextPathError:
         raise

@@ -7,10 +7,20 @@ from dataclasses import dataclass, field
 
 from ..graph.model import ValueInfo
 
-__all__ = ["EpContext", "TensorSignature", "FORMAT_VERSION", "sha256_hex"]
+__all__ = [
+    "EpContext",
+    "BlobVariant",
+    "TensorSignature",
+    "FORMAT_VERSION",
+    "FAT_FORMAT_VERSION",
+    "sha256_hex",
+]
 
 #: Version of what nxrt-tvm writes into EPContext nodes (blob layout and `notes` schema).
 FORMAT_VERSION = 1
+#: A node holding one blob per CPU target ("fat"): its blob is the variants' bytes one after another,
+#: described by `notes.variants`. A reader of format 1 alone refuses it instead of loading the bundle.
+FAT_FORMAT_VERSION = 2
 
 
 def sha256_hex(data: bytes) -> str:
@@ -42,6 +52,45 @@ class TensorSignature:
 
 
 @dataclass(frozen=True)
+class BlobVariant:
+    """One CPU target's library inside a fat blob: `size` bytes from `offset`, and what it needs."""
+
+    mcpu: str
+    target: str
+    hardware_architecture: str
+    cpu_features: tuple[str, ...]
+    offset: int
+    size: int
+    sha256: str
+    tuning_sources: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "mcpu": self.mcpu,
+            "target": self.target,
+            "hardware_architecture": self.hardware_architecture,
+            "cpu_features": list(self.cpu_features),
+            "offset": self.offset,
+            "size": self.size,
+            "sha256": self.sha256,
+            "tuning_sources": list(self.tuning_sources),
+        }
+
+    @classmethod
+    def from_json(cls, value: dict) -> "BlobVariant":
+        return cls(
+            str(value["mcpu"]),
+            str(value["target"]),
+            str(value["hardware_architecture"]),
+            tuple(str(f) for f in value["cpu_features"]),
+            int(value["offset"]),
+            int(value["size"]),
+            str(value["sha256"]),
+            tuple(str(k) for k in value.get("tuning_sources", [])),
+        )
+
+
+@dataclass(frozen=True)
 class EpContext:
     """One compiled partition as stored in an EPContext node.
 
@@ -67,3 +116,5 @@ class EpContext:
     tuning_sources: tuple[str, ...] = ()
     format_version: int = FORMAT_VERSION
     external_path: str | None = None
+    #: a fat context's libraries, one per CPU target (`blob` holds them all; see `epcontext.variants`)
+    variants: tuple[BlobVariant, ...] = ()

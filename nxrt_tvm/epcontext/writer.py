@@ -20,6 +20,7 @@ from ..fileio import atomic_write
 from ..graph.model import GraphView
 from ..partition.plan import PartitionPlan
 from .codec import EP_CONTEXT_DOMAIN, encode_node, is_ep_context
+from .compat import COMPATIBILITY_KEY, compatibility_info
 from .record import EpContext
 from .signing import signature_path
 
@@ -33,8 +34,9 @@ SOURCE_DOMAIN = "ai.nxrt_tvm.source"
 PLANNED_KEY = "nxrt_tvm.planned"
 
 
-def external_blob_name(model_path: Path, partition: str) -> str:
-    return f"{model_path.stem}.{partition}.tvm.so"
+def external_blob_name(model_path: Path, partition: str, fat: bool = False) -> str:
+    """A shared library's file, or a fat node's bundle of libraries (not itself loadable)."""
+    return f"{model_path.stem}.{partition}.tvm.{'fat' if fat else 'so'}"
 
 
 def _source_function(
@@ -73,7 +75,7 @@ def write_context_model(
                 used.update(graph.node_inputs[i])
             continue
         if embed_mode == 0:
-            rel = external_blob_name(out, partition.name)
+            rel = external_blob_name(out, partition.name, fat=bool(ctx.variants))
             atomic_write(out.parent / rel, ctx.blob)
             written.append(out.parent / rel)
             ctx = replace(ctx, embed_mode=0, external_path=rel)
@@ -113,10 +115,11 @@ def write_context_model(
         functions=[*model.functions, *functions],
     )
     plain = sum(1 for n in body.node if not is_ep_context(n))
-    helper.set_model_props(  # the source's entries, the mark replacing any it carries
-        result,
-        {e.key: e.value for e in model.metadata_props} | {PLANNED_KEY: f"{plain} nodes on the fallback EP"},
-    )
+    props = {e.key: e.value for e in model.metadata_props if e.key != COMPATIBILITY_KEY}
+    props[PLANNED_KEY] = f"{plain} nodes on the fallback EP"  # replaces any mark the source carries
+    if contexts:  # what onnxruntime's get_model_compatibility_for_ep_devices hands the plugin
+        props[COMPATIBILITY_KEY] = compatibility_info(next(iter(contexts.values())))
+    helper.set_model_props(result, props)
     onnx.checker.check_model(result)
     signature_path(out).unlink(missing_ok=True)  # an older model's signature would refuse this one
     atomic_write(out, result.SerializeToString())

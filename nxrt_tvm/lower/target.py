@@ -122,6 +122,8 @@ _TUNING_HINTS = frozenset(
         "lvi-load-hardening",
         "seses",
         "inline-asm-use-gpr32",
+        "faster-shift-than-shuffle",
+        "vzeroupper",
     }
 )
 _TUNING_PREFIXES = ("fast-", "slow-", "tuning-", "prefer-", "false-deps-", "avoid-", "no-bypass-delay")

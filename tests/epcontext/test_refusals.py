@@ -10,30 +10,12 @@ import model_zoo
 import onnx
 import pytest
 import tvm
+from cpus import foreign_cpu
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
 from nxrt_tvm.epcontext.codec import is_ep_context
-from nxrt_tvm.lower.target import host_cpu, requires_hardware
-
-HOST_FEATURES = {
-    str(f)
-    for f in tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()}))
-}
-
-
-def _foreign_cpu() -> str:
-    """An x86 CPU whose code needs features this host lacks (AMX on AMD, AVX-512 FP16 on older parts, ...)."""
-    for mcpu in ("diamondrapids", "graniterapids", "sapphirerapids", "znver5", "znver4"):
-        feats = {
-            str(f)
-            for f in tvm.target.codegen.llvm_get_cpu_features(
-                tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
-            )
-        }
-        if any(requires_hardware(f) for f in feats - HOST_FEATURES):
-            return mcpu
-    pytest.skip("this host has every feature of the candidate CPUs")
+from nxrt_tvm.lower.target import host_cpu
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +138,7 @@ def test_blob_for_another_target_kind(source, tmp_path):
 @pytest.fixture(scope="module")
 def _foreign(source, tmp_path_factory):
     out = tmp_path_factory.mktemp("foreign") / "foreign_ctx.onnx"
-    nx.compile_model(source, out, target={"kind": "llvm", "mcpu": _foreign_cpu()}, progress=False)
+    nx.compile_model(source, out, target={"kind": "llvm", "mcpu": foreign_cpu()}, progress=False)
     return out
 
 
@@ -192,7 +174,7 @@ def test_mismatch_policy_runs_the_source(source, foreign, policy, ep):
 def test_no_source_means_no_policy_rescue(source, tmp_path):
     out = tmp_path / "lean.onnx"
     nx.compile_model(
-        source, out, target={"kind": "llvm", "mcpu": _foreign_cpu()}, keep_source=False, progress=False
+        source, out, target={"kind": "llvm", "mcpu": foreign_cpu()}, keep_source=False, progress=False
     )
     options = nx.SessionOptions()
     options.add_session_config_entry("nxrt.context_on_mismatch", "fallback")

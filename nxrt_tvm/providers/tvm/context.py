@@ -9,8 +9,10 @@ import onnx
 import tvm
 
 from ...api.device import DeviceId
+from ...api.kernel import KernelVariant
 from ...epcontext.compat import check_loadable
 from ...epcontext.record import EpContext, TensorSignature, sha256_hex
+from ...epcontext.variants import describe_choice
 from ...lower.target import hardware_of
 from ...runtime.artifact import export_executable, load_executable
 from ...runtime.kernel import TvmKernel
@@ -56,8 +58,12 @@ def kernel_of(
 ) -> TvmKernel:
     """Check the blob fits this host (raising `ContextRejected` before any native code loads),
     then load it."""
-    check_loadable(context, target)
-    module = load_executable(context.blob, context.partition_name, context.sha256)
+    loadable = check_loadable(context, target)
+    module = load_executable(loadable.blob, loadable.partition_name, loadable.sha256)
+    chosen = []
+    if context.variants:  # the plan says which build of a fat node runs here
+        mcpu = loadable.hardware_architecture.split("/", 1)[-1]
+        chosen = [KernelVariant(context.partition_name, f"cpu:{mcpu}", describe_choice(context, mcpu))]
     return TvmKernel(
         module,
         device,
@@ -65,5 +71,6 @@ def kernel_of(
         [s.to_info() for s in context.inputs],
         [s.to_info() for s in context.outputs],
         [(w, weights.bind(w, initializers)) for w in context.weights],
-        blob=context.blob,
+        blob=loadable.blob,
+        variants=chosen,
     )
