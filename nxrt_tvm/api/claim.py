@@ -69,11 +69,14 @@ class Decline:
     remediation: str = ""
 
     def __str__(self) -> str:
-        text = (
-            f"{self.ep} declined node {self.node!r} "
-            f"({self.domain or 'ai.onnx'}::{self.op_type}, opset {self.opset}): "
-            f"{self.rejected.value} rejected: {self.detail}; accepts: {self.accepts}"
+        return self.text(
+            f"node {self.node!r} ({self.domain or 'ai.onnx'}::{self.op_type}, opset {self.opset})"
         )
+
+    def text(self, subject: str) -> str:
+        """The decline in words, of `subject` (this node, or every node declined for the same reason)."""
+        text = f"{self.ep} declined {subject}: {self.rejected.value} rejected: {self.detail}"
+        text += f"; accepts: {self.accepts}"
         return text + (f"; fix: {self.remediation}" if self.remediation else "")
 
     def to_json(self) -> dict:

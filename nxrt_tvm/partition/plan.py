@@ -81,8 +81,24 @@ class PartitionPlan:
                 )
         if self.declines:
             lines.append(f"{len(self.declines)} declines:")
-            lines.extend(f"  - {d}" for d in self.declines)
+            lines.extend(f"  - {text}" for text in _grouped(self.declines))
         return "\n".join(lines)
+
+
+def _grouped(declines: Sequence[Decline]) -> list[str]:
+    """Declines in words, one line per reason: a partition the claim policy hands to the fallback declines
+    each of its nodes for the same reason, which read as a wall of repeated lines (`to_json` keeps each)."""
+    groups: dict[tuple, list[Decline]] = {}
+    for d in declines:
+        groups.setdefault((d.ep, d.rejected, d.detail, d.accepts, d.remediation), []).append(d)
+    lines = []
+    for same in groups.values():
+        if len(same) < 3:
+            lines.extend(str(d) for d in same)
+            continue
+        shown = ", ".join(f"{d.node!r} ({d.op_type})" for d in same[:3])
+        lines.append(same[0].text(f"{len(same)} nodes ({shown} and {len(same) - 3} more)"))
+    return lines
 
 
 def _order(graph: GraphView, partitions: Sequence[SubgraphClaim]) -> tuple[SubgraphClaim, ...]:
