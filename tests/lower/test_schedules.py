@@ -18,8 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 import nxrt_tvm as nx
 from nxrt_tvm.frontend import import_onnx
 from nxrt_tvm.lower import pipeline
-from nxrt_tvm.lower.schedules import RULE_ATTR, CpuRule, cpu_schedule_passes, pre_legalize_passes
-from nxrt_tvm.lower.schedules.base import ApplySchedules
+from nxrt_tvm.lower.schedules import RULE_ATTR, CpuRule, base, cpu_schedule_passes, pre_legalize_passes
+from nxrt_tvm.lower.schedules.base import ApplySchedules, kernel_work
 from nxrt_tvm.lower.target import make_target
 
 TARGET = make_target("llvm")
@@ -209,6 +209,12 @@ def _lowered(model: onnx.ModelProto, schedule_passes=None) -> tvm.IRModule:
     return pipeline.lowering_pipeline(TARGET, lowering)(import_onnx(model))
 
 
+def _fused(model: onnx.ModelProto) -> tvm.IRModule:
+    """The Relax module after fusion: the kernels as the schedule rules first see them."""
+    with TARGET:
+        return tvm.transform.Sequential(pipeline.fusion_passes(TARGET))(import_onnx(model))
+
+
 def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
     return {gv.name_hint: f for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
 
@@ -230,9 +236,10 @@ def _run_both(model: onnx.ModelProto, tol: float, schedule_passes=None):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_rule_matches_onnxruntime_and_applies(case):
+def test_rule_matches_onnxruntime_and_applies(case, monkeypatch):
     model, rule, tol = CASES[case]
     _run_both(model, tol)
+    monkeypatch.setattr(base, "MIN_PARALLEL_WORK", 0)  # these kernels are small: see that rules parallelise
     funcs = _prim_funcs(_lowered(model))
     applied = {
         str(f.attrs[RULE_ATTR]) for f in funcs.values() if f.attrs is not None and RULE_ATTR in f.attrs
@@ -753,3 +760,26 @@ def test_row_reductions_over_symbolic_rows_take_the_row_rule(op, shape, sizes):
         np.testing.assert_allclose(
             session.run(None, feeds)[0], reference.run(None, feeds)[0], rtol=1e-3, atol=1e-4
         )
+
+
+def test_small_kernels_run_on_one_thread():
+    """A parallel loop costs more to launch than a small kernel's work: below MIN_PARALLEL_WORK element
+    operations a kernel stays on one thread (BERT-tiny's 47 kernels ran 2.2x slower parallel); above, the
+    same rule runs it in parallel. Numerics are the rule's either way."""
+    small, large = elementwise([3, 17, 19]), elementwise([4, 128, 160])
+    for model in (small, large):
+        _run_both(model, 1e-3)
+    (kernel,) = [f for f in _prim_funcs(_fused(small)).values()]
+    assert kernel_work(kernel) == 3 * (3 * 17 * 19) < base.MIN_PARALLEL_WORK  # add, erf, mul per element
+    small_script = _prim_funcs(_lowered(small))
+    large_script = _prim_funcs(_lowered(large))
+    (s,), (g,) = small_script.values(), large_script.values()
+    assert str(s.attrs[RULE_ATTR]) == str(g.attrs[RULE_ATTR]) == "injective"
+    assert "T.parallel" not in s.script() and "T.vectorized" in s.script()
+    assert "T.parallel" in g.script() and 3 * (4 * 128 * 160) >= base.MIN_PARALLEL_WORK
+
+
+def test_kernel_work_counts_each_store_per_iteration():
+    kernel = next(iter(_prim_funcs(_fused(matmul_bias_relu(5, 33, 17))).values()))
+    # the [5, 17] product's update over k = 33 (its init not counted), then the bias and relu epilogue
+    assert kernel_work(kernel) == 5 * 17 * 33 + 2 * 5 * 17

@@ -32,6 +32,9 @@ __all__ = [
     "uses_div_mod",
     "parallel_vectorize",
     "parallel_outer",
+    "parallel",
+    "kernel_work",
+    "MIN_PARALLEL_WORK",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,7 @@ class CpuRule(ScheduleRule):
         """`apply`, from a kernel's shared starting point (`schedule_with_rules` tries rule after rule)."""
         if target.kind.name != "llvm":
             return None
+        token = _SERIAL.set(start.serial)
         try:
             fresh = start.fresh()
             if fresh is None:
@@ -78,6 +82,8 @@ class CpuRule(ScheduleRule):
                     str(exc).splitlines()[0] if str(exc) else exc,
                 )
             return None
+        finally:
+            _SERIAL.reset(token)
 
 
 class KernelStart:
@@ -90,6 +96,9 @@ class KernelStart:
         self.func = func
         self._start: tuple[s_tir.Schedule, list] | None = None
         self._made = False
+        work = kernel_work(func)
+        #: too little work to pay for a parallel launch: every rule leaves it on one thread (`parallel`)
+        self.serial = work is not None and work < MIN_PARALLEL_WORK
 
     def fresh(self) -> tuple[s_tir.Schedule, list] | None:
         """A schedule of its own for one rule, and the normalised blocks (None: dlight cannot normalise
@@ -131,6 +140,47 @@ def schedule_with_rules(
         if sch is not None:
             return rule.name, sch
     return None
+
+
+#: Element operations (stores times the loops around them) below which a kernel runs on one thread. A
+#: parallel loop costs about 0.6 us to launch with the workers spinning, and more between kernels that
+#: hand each other data across cores: BERT-tiny at batch 3 x 12 tokens ran 74 us with every kernel
+#: parallel, 61 us with this threshold (1 << 15 to 1 << 18 measured alike).
+MIN_PARALLEL_WORK = 1 << 16
+
+#: whether the kernel being scheduled runs on one thread (`parallel` then leaves loops serial)
+_SERIAL: contextvars.ContextVar[bool] = contextvars.ContextVar("nxrt_serial", default=False)
+
+
+def parallel(sch: s_tir.Schedule, loop) -> None:
+    """Run `loop` on the thread pool, unless the kernel is too small to pay for the launch."""
+    if not _SERIAL.get():
+        sch.parallel(loop)
+
+
+def kernel_work(func: tirx.PrimFunc) -> int | None:
+    """Element operations of an unscheduled kernel: each store counted once per iteration of the loops
+    around it, a reduction's init not at all (None when a loop's extent is symbolic)."""
+    total = 0
+    stack: list[tuple[object, int]] = [(func.body, 1)]
+    while stack:
+        node, times = stack.pop()
+        if isinstance(node, tirx.BufferStore):
+            total += times
+            continue
+        if isinstance(node, tirx.For):
+            if not isinstance(node.extent, tirx.IntImm):
+                return None
+            stack.append((node.body, times * int(node.extent.value)))
+            continue
+        if isinstance(node, tirx.SeqStmt):
+            stack.extend((child, times) for child in node.seq)
+            continue
+        for field in ("block", "body", "then_case", "else_case"):
+            child = getattr(node, field, None)
+            if isinstance(child, tirx.Stmt):
+                stack.append((child, times))
+    return total
 
 
 @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.ApplyCpuSchedules")
@@ -230,7 +280,7 @@ def parallel_outer(sch: s_tir.Schedule, loops: Sequence) -> None:
         if work >= _MIN_PARALLEL:
             break
     if lead:
-        sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
+        parallel(sch, sch.fuse(*lead) if len(lead) > 1 else lead[0])
 
 
 #: a producer is copied into a consumer that reads it more than once only while it is this small

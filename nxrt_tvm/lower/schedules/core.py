@@ -30,7 +30,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_region
 
-from .base import extent_of, parallel_vectorize, uses_div_mod
+from .base import extent_of, parallel, parallel_vectorize, uses_div_mod
 
 __all__ = ["ContractionShape", "contraction_shape", "tile_contraction", "LAYOUT_REWRITE"]
 
@@ -302,7 +302,7 @@ def tile_contraction(
     if wb_loops:
         sch.vectorize(sch.split(wb_loops[-1], factors=[None, vec])[-1])
 
-    sch.parallel(sch.fuse(*tiles))
+    parallel(sch, sch.fuse(*tiles))
     for loop in rows:
         sch.unroll(loop)
     sch.unroll(j_vec_outer)

@@ -19,7 +19,7 @@ import math
 
 from tvm import s_tir, tirx
 
-from .base import CpuRule, extent_of, inline, uses_div_mod, vector_lanes
+from .base import CpuRule, extent_of, inline, parallel, uses_div_mod, vector_lanes
 
 __all__ = ["Generic"]
 
@@ -65,7 +65,7 @@ def _schedule_block(sch: s_tir.Schedule, block, lanes: int) -> bool:
     extents = [extent_of(sch, loop) for loop in lead]
     symbolic = any(e is None for e in extents)
     if lead and (symbolic or math.prod(extents) >= MIN_PARALLEL_WORK):
-        sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
+        parallel(sch, sch.fuse(*lead) if len(lead) > 1 else lead[0])
     return True
 
 

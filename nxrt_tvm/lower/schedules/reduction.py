@@ -30,7 +30,7 @@ from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_reg
 from tvm.s_tir.dlight.cpu import Reduction as _DlightReduction
 
 from ..strict import own_failure, raised_by_us
-from .base import CpuRule, extent_of, parallel_outer, parallel_vectorize, vector_lanes
+from .base import CpuRule, extent_of, parallel, parallel_outer, parallel_vectorize, vector_lanes
 from .core import contraction_shape, pick_j_tile
 
 __all__ = ["Pooling", "RowReduction", "Normalization"]
@@ -240,7 +240,7 @@ class RowReduction(CpuRule):
         out = sch.get_sblock(names[-1])
         loops = sch.get_loops(out)
         row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-        sch.parallel(row)
+        parallel(sch, row)
         out_chunks = sch.split(loops[-1], factors=[None, lanes])[0]
         inside = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
         inside = [name for name in inside if name != names[-1]]

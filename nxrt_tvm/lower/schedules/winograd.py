@@ -19,7 +19,7 @@ import math
 from tvm import s_tir
 
 from ..winograd import INPUT_BLOCK, OUTPUT_BLOCK, PAD_BLOCK
-from .base import CpuRule, extent_of, parallel_vectorize, vector_lanes
+from .base import CpuRule, extent_of, parallel, parallel_vectorize, vector_lanes
 
 __all__ = ["Winograd"]
 
@@ -88,13 +88,13 @@ def _channel_vector(channels: int, lanes: int) -> int:
 
 
 def _register_tile(
-    sch: s_tir.Schedule, block, write_back, parallel: list, unrolled: list, vector, first_reduce, lanes: int
+    sch: s_tir.Schedule, block, write_back, tiles: list, unrolled: list, vector, first_reduce, lanes: int
 ) -> s_tir.Schedule:
     """The loops of a transform once its accumulators sit in registers: outer tiles in parallel, the transform
     unrolled (so its coefficients fold), channels vectorised (`lanes` wide) in the tile, its init and its
     write-back."""
     sch.vectorize(sch.split(sch.get_loops(write_back)[-1], factors=[None, lanes])[-1])
-    sch.parallel(sch.fuse(*parallel))
+    parallel(sch, sch.fuse(*tiles))
     for loop in unrolled:
         sch.unroll(loop)
     sch.vectorize(vector)
