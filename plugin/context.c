@@ -1,7 +1,8 @@
 /* An EPContext node, and the checks nxrt_tvm/epcontext/compat.py makes before
- * any native code is loaded: format version, TVM version, blob size and
- * sha256, target kind, CPU architecture and features. External blobs must lie
- * inside the model's folder. */
+ * any native code is loaded: the model's signature, format version, TVM version,
+ * blob size and sha256, target kind, (of a fat node, the CPU variant this host
+ * runs best, then its own size and sha256, target kind,) CPU architecture and
+ * features, ELF. External blobs must lie inside the model's folder. */
 #include "plugin.h"
 
 #include <limits.h>
@@ -113,27 +114,22 @@ static int read_external(const OrtApi* api, const OrtGraph* graph, const char* r
   return 0;
 }
 
-static int check_notes(const json* notes, const nx_context* ctx, const char* sdk_version, const char* hardware,
-                       char* why, size_t why_len) {
-  const json* v = json_get(notes, "format_version");
-  int format = v && v->kind == JSON_NUMBER ? (int)v->number : 0;
-  if (format != NXRT_FORMAT_VERSION)
-    return WHY("EPContext format version %d, this plugin reads %d; %s", format, NXRT_FORMAT_VERSION, RECOMPILE);
-  if (!sdk_version || strcmp(sdk_version, NXRT_TVM_VERSION))
-    return WHY("built by TVM %s, this plugin runs TVM %s; %s", sdk_version && *sdk_version ? sdk_version : "(unknown)",
-               NXRT_TVM_VERSION, RECOMPILE);
-  v = json_get(notes, "size");
-  if (!v || v->kind != JSON_NUMBER || v->number != (double)ctx->blob_len)
+/* The library's bytes are the ones compiled: its size and sha256 as recorded. */
+static int check_bytes(const nx_context* ctx, const json* size, const json* sha256, char* why, size_t why_len) {
+  if (!size || size->kind != JSON_NUMBER || size->number != (double)ctx->blob_len)
     return WHY("blob is %zu bytes, %.0f were written (truncated or replaced); restore the artifact from the "
-               "compile output, or recompile", ctx->blob_len, v && v->kind == JSON_NUMBER ? v->number : -1.0);
-  v = json_get(notes, "sha256");
+               "compile output, or recompile", ctx->blob_len, size && size->kind == JSON_NUMBER ? size->number : -1.0);
   char digest[65];
   sha256_hex(ctx->blob, ctx->blob_len, digest);
-  if (!v || v->kind != JSON_STRING || strcmp(v->str, digest))
+  if (!sha256 || sha256->kind != JSON_STRING || strcmp(sha256->str, digest))
     return WHY("blob sha256 does not match the one recorded at compile time (corrupted or swapped); restore "
                "the artifact from the compile output, or recompile");
-  v = json_get(notes, "target");
-  json* target = v && v->kind == JSON_STRING ? json_parse(v->str, v->len) : NULL;
+  return 0;
+}
+
+/* It was built for the CPU (llvm). */
+static int check_kind(const json* target_text, char* why, size_t why_len) {
+  json* target = target_text && target_text->kind == JSON_STRING ? json_parse(target_text->str, target_text->len) : NULL;
   const json* kind = json_get(target, "kind");
   char kind_name[32] = "";
   if (kind && kind->kind == JSON_STRING) snprintf(kind_name, sizeof kind_name, "%s", kind->str);
@@ -142,13 +138,18 @@ static int check_notes(const json* notes, const nx_context* ctx, const char* sdk
   if (strcmp(kind_name, "llvm"))
     return WHY("built for target '%s', this plugin runs 'llvm' (CPU) blobs only; run it with "
                "nxrt_tvm.InferenceSession, or %s", kind_name, RECOMPILE);
+  return 0;
+}
+
+/* This host runs it: its CPU architecture and features, and a well-formed shared library of this host. */
+static int check_host(const nx_context* ctx, const char* hardware, const json* cpu_features, char* why, size_t why_len) {
   char arch[64] = "";
   snprintf(arch, sizeof arch, "%s", hardware ? hardware : "");
   char* slash = strchr(arch, '/');
   if (slash) *slash = '\0';
   if (strcmp(arch, host_arch()))
     return WHY("built for %s CPUs, this host is %s; %s", *arch ? arch : "(unknown)", host_arch(), RECOMPILE);
-  if (check_cpu_features(json_get(notes, "cpu_features"), hardware, why, why_len)) return 1;
+  if (check_cpu_features(cpu_features, hardware, why, why_len)) return 1;
   char problem[256];
   if (elf_check(ctx->blob, ctx->blob_len, problem, sizeof problem))
     return WHY("blob is not a loadable shared library: %s; restore the artifact from the compile output, or recompile",
@@ -156,8 +157,52 @@ static int check_notes(const json* notes, const nx_context* ctx, const char* sdk
   return 0;
 }
 
-int read_context(const OrtApi* api, const OrtGraph* graph, const OrtNode* node, nx_context* out, char* why,
-                 size_t why_len) {
+/* Keeps the bytes of the chosen CPU variant only (as much of them as the blob holds: their size is checked next). */
+static int keep_variant(nx_context* ctx, const json* variant, const char* choice, char* why, size_t why_len) {
+  double offset = json_get(variant, "offset")->number, size = json_get(variant, "size")->number;
+  size_t start = offset >= (double)ctx->blob_len ? ctx->blob_len : (size_t)offset;
+  size_t end = offset + size >= (double)ctx->blob_len ? ctx->blob_len : (size_t)(offset + size);
+  memmove(ctx->blob, ctx->blob + start, end - start);
+  ctx->blob_len = end - start;
+  unsigned char* smaller = realloc(ctx->blob, ctx->blob_len ? ctx->blob_len : 1);
+  if (smaller) ctx->blob = smaller;
+  if (!(ctx->variant = strdup(choice))) return WHY("out of memory");
+  return 0;
+}
+
+static int check_notes(const json* notes, nx_context* ctx, const char* sdk_version, const char* hardware,
+                       char* why, size_t why_len) {
+  const json* v = json_get(notes, "format_version");
+  int format = v && v->kind == JSON_NUMBER ? (int)v->number : 0;
+  const json* variants = json_get(notes, "variants");
+  size_t n_variants = variants && variants->kind == JSON_ARRAY ? variants->count : 0;
+  if (format != NXRT_FORMAT_VERSION && format != NXRT_FAT_FORMAT_VERSION)
+    return WHY("EPContext format version %d, this plugin reads %d and %d; %s", format, NXRT_FORMAT_VERSION,
+               NXRT_FAT_FORMAT_VERSION, RECOMPILE);
+  if ((format == NXRT_FAT_FORMAT_VERSION) != (n_variants > 0) || (variants && variants->kind != JSON_ARRAY))
+    return WHY("format version %d with %zu CPU variants listed; restore the artifact from the compile output, or "
+               "recompile", format, n_variants);
+  if (!sdk_version || strcmp(sdk_version, NXRT_TVM_VERSION))
+    return WHY("built by TVM %s, this plugin runs TVM %s; %s", sdk_version && *sdk_version ? sdk_version : "(unknown)",
+               NXRT_TVM_VERSION, RECOMPILE);
+  if (check_bytes(ctx, json_get(notes, "size"), json_get(notes, "sha256"), why, why_len) ||
+      check_kind(json_get(notes, "target"), why, why_len))
+    return 1;
+  if (!n_variants) return check_host(ctx, hardware, json_get(notes, "cpu_features"), why, why_len);
+  /* a fat node whose bundle is intact: check and keep the one variant this host runs best */
+  size_t index = 0;
+  char choice[512];
+  if (choose_variant(variants, ctx->blob_len, &index, choice, sizeof choice, why, why_len)) return 1;
+  const json* chosen = variants->items[index];
+  if (keep_variant(ctx, chosen, choice, why, why_len) ||
+      check_bytes(ctx, json_get(chosen, "size"), json_get(chosen, "sha256"), why, why_len) ||
+      check_kind(json_get(chosen, "target"), why, why_len))
+    return 1;
+  return check_host(ctx, json_get(chosen, "hardware_architecture")->str, json_get(chosen, "cpu_features"), why, why_len);
+}
+
+int read_context(const OrtApi* api, const OrtGraph* graph, const OrtNode* node, const nx_trust* trust,
+                 nx_context* out, char* why, size_t why_len) {
   memset(out, 0, sizeof *out);
   int rc = 1;
   size_t notes_len = 0, raw_len = 0;
@@ -188,13 +233,16 @@ int read_context(const OrtApi* api, const OrtGraph* graph, const OrtNode* node, 
     WHY("its ep_cache_context attribute is missing");
     goto done;
   }
-  if (int_attr(api, node, "embed_mode", 1) == 1) {
+  bool embedded = int_attr(api, node, "embed_mode", 1) == 1;
+  if (embedded) {
     out->blob = (unsigned char*)raw;
     out->blob_len = raw_len;
     raw = NULL;
   } else if (read_external(api, graph, raw, &out->blob, &out->blob_len, why, why_len)) {
     goto done;
   }
+  /* the model's signature vouches for these bytes (an external blob by its name and digest) */
+  if (trust_check_blob(trust, embedded ? NULL : raw, out->blob, out->blob_len, why, why_len)) goto done;
   if (check_notes(notes, out, sdk, hardware, why, why_len)) goto done;
 
   /* the signature: every element type must be one the plugin can hand to TVM */
@@ -248,7 +296,22 @@ done:
 void context_free(nx_context* ctx) {
   if (!ctx) return;
   free(ctx->partition);
+  free(ctx->variant);
   free(ctx->blob);
   free(ctx->output_types);
   memset(ctx, 0, sizeof *ctx);
+}
+
+char* context_compatibility_info(const OrtApi* api, const OrtNode* node) {
+  string_flavour fl = ATTR_UNKNOWN;
+  if (!source_is_ours(api, node, &fl)) return NULL;
+  size_t notes_len = 0;
+  char* notes_text = string_attr(api, node, "notes", fl, &notes_len);
+  char* sdk = string_attr(api, node, "ep_sdk_version", fl, NULL);
+  char* hardware = string_attr(api, node, "hardware_architecture", fl, NULL);
+  char* info = notes_text ? compatibility_info(notes_text, notes_len, sdk, hardware) : NULL;
+  free(notes_text);
+  free(sdk);
+  free(hardware);
+  return info;
 }

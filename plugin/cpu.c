@@ -12,6 +12,59 @@
  */
 #include "plugin.h"
 
+/* LLVM tuning hints: they shape code, they do not require hardware. */
+static const char* const TUNING[] = {
+    "64bit-mode", "allow-light-256-bit", "branchfusion", "macrofusion", "idivq-to-divl", "idivl-to-divb",
+    "sbb-dep-breaking", "nopl", "fsrm", "ermsb", "lea-sp", "lea-uses-ag", "pad-short-functions",
+    "use-glm-div-sqrt-costs", "use-slm-arith-costs", "branch-hint", "harden-sls-ijmp", "harden-sls-ret",
+    "retpoline", "retpoline-external-thunk", "retpoline-indirect-branches", "retpoline-indirect-calls",
+    "lvi-cfi", "lvi-load-hardening", "seses", "inline-asm-use-gpr32", "faster-shift-than-shuffle", "vzeroupper", NULL};
+static const char* const TUNING_PREFIX[] = {"fast-", "slow-", "tuning-", "prefer-", "false-deps-", "avoid-", "no-bypass-delay",
+                                             NULL};
+
+static bool in_list(const char* const* list, const char* name) {
+  for (; *list; list++)
+    if (!strcmp(*list, name)) return true;
+  return false;
+}
+
+static bool has_prefix(const char* const* list, const char* name) {
+  for (; *list; list++)
+    if (!strncmp(*list, name, strlen(*list))) return true;
+  return false;
+}
+
+/* Never emitted by LLVM for TVM kernels: system, privileged or intrinsic-only instructions. */
+static const char* const NOT_EMITTED[] = {
+    "fxsr", "xsave", "xsavec", "xsaveopt", "xsaves", "fsgsbase", "invpcid", "pku", "shstk", "ibt", "rdpid",
+    "rdpru", "mwaitx", "monitorx", "clzero", "wbnoinvd", "movdiri", "movdir64b", "prefetchi", "clflushopt",
+    "clwb", "sgx", "rtm", "hle", "waitpkg", "serialize", "tsxldtrk", "uintr", "enqcmd", "hreset", "kl",
+    "widekl", "cldemote", "ptwrite", "pconfig", "lwp", "prefetchwt1", "cmpccxadd", "raoint", "usermsr",
+    "rdrnd", "rdseed", NULL};
+
+bool feature_requires_hardware(const char* name) {
+  return !in_list(TUNING, name) && !has_prefix(TUNING_PREFIX, name) && !in_list(NOT_EMITTED, name);
+}
+
+static void cpu_model_id(char* out, size_t out_len);
+
+#ifndef NXRT_HOST_CPU
+#define NXRT_HOST_CPU ""
+#endif
+#ifndef NXRT_HOST_CPU_ID
+#define NXRT_HOST_CPU_ID ""
+#endif
+
+/* The build names this host's CPU (-DNXRT_HOST_CPU, from LLVM) and its model (-DNXRT_HOST_CPU_ID,
+ * "vendor/family/model" as /proc/cpuinfo says): a library that runs on another CPU model (a cache shared
+ * between hosts, a copied file) knows the name is not its host's and says "unknown". */
+const char* host_cpu_name(void) {
+  char id[96];
+  cpu_model_id(id, sizeof id);
+  if (!*NXRT_HOST_CPU || (*NXRT_HOST_CPU_ID && strcmp(id, NXRT_HOST_CPU_ID))) return "unknown";
+  return NXRT_HOST_CPU;
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 
@@ -52,34 +105,6 @@ static const isa_bit ISA[] = {
     {"fma4", 0x80000001, 0, ECX, 16, OS_AVX}, {"tbm", 0x80000001, 0, ECX, 21}, {"64bit", 0x80000001, 0, EDX, 29},
 };
 
-/* Never emitted by LLVM for TVM kernels: system, privileged or intrinsic-only instructions. */
-static const char* const NOT_EMITTED[] = {
-    "fxsr", "xsave", "xsavec", "xsaveopt", "xsaves", "fsgsbase", "invpcid", "pku", "shstk", "ibt", "rdpid",
-    "rdpru", "mwaitx", "monitorx", "clzero", "wbnoinvd", "movdiri", "movdir64b", "prefetchi", "clflushopt",
-    "clwb", "sgx", "rtm", "hle", "waitpkg", "serialize", "tsxldtrk", "uintr", "enqcmd", "hreset", "kl",
-    "widekl", "cldemote", "ptwrite", "pconfig", "lwp", "prefetchwt1", "cmpccxadd", "raoint", "usermsr",
-    "rdrnd", "rdseed", "vzeroupper", NULL};
-/* LLVM tuning hints: they shape code, they do not require hardware. */
-static const char* const TUNING[] = {
-    "64bit-mode", "allow-light-256-bit", "branchfusion", "macrofusion", "idivq-to-divl", "idivl-to-divb",
-    "sbb-dep-breaking", "nopl", "fsrm", "ermsb", "lea-sp", "lea-uses-ag", "pad-short-functions",
-    "use-glm-div-sqrt-costs", "use-slm-arith-costs", "branch-hint", "harden-sls-ijmp", "harden-sls-ret",
-    "retpoline", "retpoline-external-thunk", "retpoline-indirect-branches", "retpoline-indirect-calls",
-    "lvi-cfi", "lvi-load-hardening", "seses", "inline-asm-use-gpr32", "faster-shift-than-shuffle", "vzeroupper", NULL};
-static const char* const TUNING_PREFIX[] = {"fast-", "slow-", "tuning-", "prefer-", "false-deps-", "avoid-", "no-bypass-delay",
-                                             NULL};
-
-static bool in_list(const char* const* list, const char* name) {
-  for (; *list; list++)
-    if (!strcmp(*list, name)) return true;
-  return false;
-}
-
-static bool has_prefix(const char* const* list, const char* name) {
-  for (; *list; list++)
-    if (!strncmp(*list, name, strlen(*list))) return true;
-  return false;
-}
 
 static uint64_t xcr0(void) {
   unsigned a, b, c, d;
@@ -109,6 +134,25 @@ static bool cpu_has(const isa_bit* f) {
 
 const char* host_arch(void) { return "x86_64"; }
 
+static void cpu_model_id(char* out, size_t out_len) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  char vendor[13] = "";
+  if (!__get_cpuid(0, &a, &b, &c, &d)) { snprintf(out, out_len, "?"); return; }
+  memcpy(vendor, &b, 4); memcpy(vendor + 4, &d, 4); memcpy(vendor + 8, &c, 4);
+  __get_cpuid(1, &a, &b, &c, &d);
+  unsigned family = (a >> 8) & 0xF, model = (a >> 4) & 0xF; /* as Linux's x86_family / x86_model */
+  if (family == 0xF) family += (a >> 20) & 0xFF;
+  if (family >= 6) model += ((a >> 16) & 0xF) << 4;
+  snprintf(out, out_len, "%s/%u/%u", vendor, family, model);
+}
+
+feature_state cpu_feature_state(const char* name) {
+  for (size_t j = 0; j < sizeof ISA / sizeof ISA[0]; j++)
+    if (!strcmp(ISA[j].name, name)) return cpu_has(&ISA[j]) ? FEATURE_PRESENT : FEATURE_MISSING;
+  if (!feature_requires_hardware(name)) return FEATURE_PRESENT;
+  return FEATURE_UNVERIFIABLE;
+}
+
 int check_cpu_features(const json* features, const char* built_for, char* why, size_t why_len) {
   if (!features) return 0;
   if (features->kind != JSON_ARRAY) return WHY("notes.cpu_features is not a list");
@@ -116,19 +160,11 @@ int check_cpu_features(const json* features, const char* built_for, char* why, s
   for (size_t i = 0; i < features->count; i++) {
     const json* f = features->items[i];
     if (f->kind != JSON_STRING) return WHY("notes.cpu_features holds a non-string");
-    const char* name = f->str;
-    const isa_bit* bit = NULL;
-    for (size_t j = 0; j < sizeof ISA / sizeof ISA[0]; j++)
-      if (!strcmp(ISA[j].name, name)) { bit = &ISA[j]; break; }
-    char* list = NULL;
-    if (bit) {
-      if (!cpu_has(bit)) list = missing;
-    } else if (!in_list(NOT_EMITTED, name) && !in_list(TUNING, name) && !has_prefix(TUNING_PREFIX, name)) {
-      list = unknown;
-    }
+    feature_state state = cpu_feature_state(f->str);
+    char* list = state == FEATURE_MISSING ? missing : state == FEATURE_UNVERIFIABLE ? unknown : NULL;
     if (list) {
       size_t used = strlen(list);
-      snprintf(list + used, 512 - used, "%s%s", used ? ", " : "", name);
+      snprintf(list + used, 512 - used, "%s%s", used ? ", " : "", f->str);
     }
   }
   if (*missing)
@@ -148,6 +184,13 @@ const char* host_arch(void) {
 #else
   return "unknown";
 #endif
+}
+
+static void cpu_model_id(char* out, size_t out_len) { snprintf(out, out_len, "?"); }
+
+feature_state cpu_feature_state(const char* name) {
+  (void)name;
+  return FEATURE_UNVERIFIABLE; /* as check_cpu_features below: any listed feature is unverifiable here */
 }
 
 int check_cpu_features(const json* features, const char* built_for, char* why, size_t why_len) {

@@ -212,3 +212,155 @@ const json* json_get(const json* obj, const char* key) {
     if (!strcmp(obj->keys[i], key)) return obj->items[i];
   return NULL;
 }
+
+json* json_new(json_kind kind) { return new_value(kind); }
+
+json* json_new_string(const char* s) {
+  json* v = new_value(JSON_STRING);
+  if (v && !(v->str = strdup(s ? s : ""))) {
+    free(v);
+    return NULL;
+  }
+  if (v) v->len = strlen(v->str);
+  return v;
+}
+
+int json_add(json* parent, const char* key, json* child) {
+  char* k = NULL;
+  if (!parent || !child || (parent->kind == JSON_OBJECT && !(k = strdup(key ? key : ""))) ||
+      append(parent, child, k) != 0) {
+    free(k);
+    json_free(child);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- canonical text: what Python's json.dumps(sort_keys=True, separators=(",", ":")) writes ---- */
+
+typedef struct {
+  char* s;
+  size_t n, cap;
+  bool failed;
+} text;
+
+static void put(text* t, const char* s, size_t n) {
+  if (t->failed) return;
+  if (t->n + n + 1 > t->cap) {
+    size_t cap = t->cap ? t->cap : 256;
+    while (cap < t->n + n + 1) cap *= 2;
+    char* grown = realloc(t->s, cap);
+    if (!grown) { t->failed = true; return; }
+    t->s = grown;
+    t->cap = cap;
+  }
+  memcpy(t->s + t->n, s, n);
+  t->n += n;
+  t->s[t->n] = '\0';
+}
+
+/* The next code point of UTF-8 text (surrogates allowed: json.c writes a lone \ud800 escape as such); -1 if malformed. */
+static long utf8_next(const unsigned char** p, const unsigned char* end) {
+  const unsigned char* s = *p;
+  unsigned c = *s;
+  int more = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+  if (more < 0 || end - s <= more) return -1;
+  long cp = more == 0 ? c : more == 1 ? (c & 0x1F) : more == 2 ? (c & 0x0F) : (c & 0x07);
+  for (int i = 1; i <= more; i++) {
+    if ((s[i] & 0xC0) != 0x80) return -1;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  static const long least[4] = {0, 0x80, 0x800, 0x10000};
+  if (cp < least[more] || cp > 0x10FFFF) return -1; /* overlong or out of range */
+  *p = s + more + 1;
+  return cp;
+}
+
+/* A string as ensure_ascii writes it: \" \\ \n \r \t \b \f, any other control, DEL or non-ASCII as
+ * \uXXXX (lowercase hex; a surrogate pair above U+FFFF). */
+static void put_string(text* t, const char* s, size_t len) {
+  const unsigned char *p = (const unsigned char*)s, *end = p + len;
+  put(t, "\"", 1);
+  while (p < end && !t->failed) {
+    long cp = utf8_next(&p, end);
+    char esc[16];
+    if (cp < 0) { t->failed = true; return; }
+    switch (cp) {
+      case '"': put(t, "\\\"", 2); continue;
+      case '\\': put(t, "\\\\", 2); continue;
+      case '\n': put(t, "\\n", 2); continue;
+      case '\r': put(t, "\\r", 2); continue;
+      case '\t': put(t, "\\t", 2); continue;
+      case '\b': put(t, "\\b", 2); continue;
+      case '\f': put(t, "\\f", 2); continue;
+      default: break;
+    }
+    if (cp >= 0x20 && cp < 0x7F) {
+      char c = (char)cp;
+      put(t, &c, 1);
+    } else if (cp < 0x10000) {
+      put(t, esc, (size_t)snprintf(esc, sizeof esc, "\\u%04lx", cp));
+    } else {
+      long v = cp - 0x10000;
+      put(t, esc, (size_t)snprintf(esc, sizeof esc, "\\u%04lx\\u%04lx", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF)));
+    }
+  }
+  put(t, "\"", 1);
+}
+
+static void put_value(text* t, const json* v, int depth) {
+  if (t->failed) return;
+  if (depth > 64) { t->failed = true; return; }
+  char num[32];
+  switch (v->kind) {
+    case JSON_NULL: put(t, "null", 4); return;
+    case JSON_BOOL: v->number ? put(t, "true", 4) : put(t, "false", 5); return;
+    case JSON_NUMBER:
+      if (v->number != (double)(int64_t)v->number || v->number > 9007199254740992.0 || v->number < -9007199254740992.0) {
+        t->failed = true; /* Python writes floats as repr() does: not rebuilt here */
+        return;
+      }
+      put(t, num, (size_t)snprintf(num, sizeof num, "%lld", (long long)v->number));
+      return;
+    case JSON_STRING: put_string(t, v->str, v->len); return;
+    case JSON_ARRAY:
+      put(t, "[", 1);
+      for (size_t i = 0; i < v->count; i++) {
+        if (i) put(t, ",", 1);
+        put_value(t, v->items[i], depth + 1);
+      }
+      put(t, "]", 1);
+      return;
+    case JSON_OBJECT: {
+      size_t* order = malloc((v->count ? v->count : 1) * sizeof *order);
+      if (!order) { t->failed = true; return; }
+      for (size_t i = 0; i < v->count; i++) { /* insertion sort: objects are small; UTF-8 bytes sort as code points */
+        size_t j = i;
+        for (; j > 0 && strcmp(v->keys[order[j - 1]], v->keys[i]) > 0; j--) order[j] = order[j - 1];
+        order[j] = i;
+      }
+      put(t, "{", 1);
+      for (size_t i = 0; i < v->count && !t->failed; i++) {
+        if (i && !strcmp(v->keys[order[i]], v->keys[order[i - 1]])) t->failed = true; /* a key twice */
+        if (i) put(t, ",", 1);
+        put_string(t, v->keys[order[i]], strlen(v->keys[order[i]]));
+        put(t, ":", 1);
+        put_value(t, v->items[order[i]], depth + 1);
+      }
+      put(t, "}", 1);
+      free(order);
+      return;
+    }
+  }
+}
+
+char* json_canonical(const json* v) {
+  text t = {0};
+  if (!v) return NULL;
+  put_value(&t, v, 0);
+  if (t.failed || !t.s) {
+    free(t.s);
+    return NULL;
+  }
+  return t.s;
+}

@@ -30,18 +30,47 @@ static void block(uint32_t h[8], const unsigned char* p) {
   h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += k;
 }
 
-void sha256_hex(const unsigned char* data, size_t n, char out[65]) {
-  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) block(h, data + i);
+void sha256_init(sha256_ctx* c) {
+  static const uint32_t H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  memcpy(c->h, H0, sizeof H0);
+  c->used = 0;
+  c->total = 0;
+}
+
+void sha256_update(sha256_ctx* c, const unsigned char* data, size_t n) {
+  c->total += n;
+  if (c->used) {
+    size_t take = 64 - c->used < n ? 64 - c->used : n;
+    memcpy(c->buf + c->used, data, take);
+    c->used += take;
+    data += take;
+    n -= take;
+    if (c->used < 64) return;
+    block(c->h, c->buf);
+    c->used = 0;
+  }
+  for (; n >= 64; data += 64, n -= 64) block(c->h, data);
+  memcpy(c->buf, data, n);
+  c->used = n;
+}
+
+void sha256_final(sha256_ctx* c, char out[65]) {
   unsigned char tail[128] = {0};
-  size_t rest = n - i;
-  memcpy(tail, data + i, rest);
+  size_t rest = c->used;
+  memcpy(tail, c->buf, rest);
   tail[rest] = 0x80;
   size_t len = rest < 56 ? 64 : 128;
-  uint64_t bits = (uint64_t)n * 8;
+  uint64_t bits = c->total * 8;
   for (int j = 0; j < 8; j++) tail[len - 1 - j] = (unsigned char)(bits >> (8 * j));
-  block(h, tail);
-  if (len == 128) block(h, tail + 64);
-  for (int j = 0; j < 8; j++) snprintf(out + 8 * j, 9, "%08x", h[j]);
+  block(c->h, tail);
+  if (len == 128) block(c->h, tail + 64);
+  for (int j = 0; j < 8; j++) snprintf(out + 8 * j, 9, "%08x", c->h[j]);
+}
+
+void sha256_hex(const unsigned char* data, size_t n, char out[65]) {
+  sha256_ctx c;
+  sha256_init(&c);
+  sha256_update(&c, data, n);
+  sha256_final(&c, out);
 }

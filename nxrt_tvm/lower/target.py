@@ -127,11 +127,23 @@ _TUNING_HINTS = frozenset(
     }
 )
 _TUNING_PREFIXES = ("fast-", "slow-", "tuning-", "prefer-", "false-deps-", "avoid-", "no-bypass-delay")
+#: ISA features LLVM never emits for TVM's kernels (system, privileged or intrinsic-only
+#: instructions): a build for a CPU with them runs on one without (cpu.c's NOT_EMITTED).
+_NOT_EMITTED = frozenset(
+    """fxsr xsave xsavec xsaveopt xsaves fsgsbase invpcid pku shstk ibt rdpid rdpru mwaitx monitorx
+    clzero wbnoinvd movdiri movdir64b prefetchi clflushopt clwb sgx rtm hle waitpkg serialize tsxldtrk
+    uintr enqcmd hreset kl widekl cldemote ptwrite pconfig lwp prefetchwt1 cmpccxadd raoint usermsr
+    rdrnd rdseed""".split()
+)
 
 
 def requires_hardware(feature: str) -> bool:
     """Whether code built with LLVM feature `feature` needs it in the hardware (not a tuning hint)."""
-    return feature not in _TUNING_HINTS and not feature.startswith(_TUNING_PREFIXES)
+    return (
+        feature not in _TUNING_HINTS
+        and feature not in _NOT_EMITTED
+        and not feature.startswith(_TUNING_PREFIXES)
+    )
 
 
 @lru_cache(maxsize=None)

@@ -5,8 +5,12 @@ must be the one ORT ships): a directory the user names (`include_dir`, or the
 ``NXRT_TVM_ORT_INCLUDE`` environment variable), else the npm package
 `com.github.asus4.onnxruntime` fetched once with ``npm pack`` into the cache.
 The built library is cached under a key of everything that shapes it (sources,
-headers, TVM and TVM-FFI versions and paths, compiler, flags), so a change to
-any of them rebuilds it and nothing else does.
+headers, TVM and TVM-FFI versions and paths, compiler, flags, this host's CPU as
+LLVM names it, OpenSSL), so a change to any of them rebuilds it and nothing else does.
+
+Signature checks use OpenSSL's libcrypto where its headers are found (``-lcrypto``);
+without them (or with ``NXRT_TVM_ORT_OPENSSL=0``) the plugin is built without it and
+loads no code of a signed model, nor of any model when a signature is required.
 """
 
 from __future__ import annotations
@@ -172,6 +176,61 @@ class _Toolchain:
     ffi_include: Path
     ffi_lib_dir: Path
     tvm_runtime: Path
+    #: LLVM's name for this host's CPU (the plugin's choice among a fat node's variants needs it: the
+    #: TVM runtime has no LLVM to ask) and the CPU model it was read on ("vendor/family/model")
+    host_cpu: str = ""
+    host_cpu_id: str = ""
+    #: OpenSSL's version text when its headers and libcrypto are found (signature checks), else ""
+    openssl: str = ""
+
+
+def _host_cpu() -> tuple[str, str]:
+    """(LLVM's name for this CPU, "vendor/family/model" from /proc/cpuinfo); empty where either is unknown.
+
+    The plugin compares the model id with the CPU it runs on, so a library that reaches another CPU model (a
+    cache shared between hosts, a copied file) treats the name as unknown instead of trusting it.
+    """
+    try:
+        import tvm
+
+        name = str(tvm.target.codegen.llvm_get_system_cpu())
+    except Exception:  # a TVM without LLVM: the plugin ranks variants by their features alone
+        return "", ""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if not line.strip():
+                    break  # the first processor is enough
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    parts = [fields.get(k, "") for k in ("vendor_id", "cpu family", "model")]
+    return (name if re.fullmatch(r"[A-Za-z0-9_.+-]+", name) else ""), ("/".join(parts) if all(parts) else "")
+
+
+def _openssl(compiler: str) -> str:
+    """OpenSSL's version text where its headers reach `compiler` and libcrypto links; "" otherwise."""
+    if os.environ.get("NXRT_TVM_ORT_OPENSSL", "1").strip().lower() in ("0", "false", "no", "off"):
+        return ""
+    probe = "#include <openssl/evp.h>\n#include <openssl/opensslv.h>\nnxrt_openssl OPENSSL_VERSION_TEXT\n"
+    try:
+        done = subprocess.run(
+            [compiler, "-E", "-P", "-x", "c", "-"], input=probe, capture_output=True, text=True, timeout=60
+        )
+        library = subprocess.run(
+            [compiler, "-print-file-name=libcrypto.so"], capture_output=True, text=True, timeout=60
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    match = re.search(r"nxrt_openssl\s+\"([^\"]*)\"", done.stdout) if done.returncode == 0 else None
+    if match is None or not os.path.isabs(library) or not os.path.exists(library):
+        log.info(
+            "building the ORT plugin without OpenSSL (no headers or libcrypto): signed models are declined"
+        )
+        return ""
+    return match.group(1)
 
 
 def _toolchain(compiler: str | None) -> _Toolchain:
@@ -206,7 +265,16 @@ def _toolchain(compiler: str | None) -> _Toolchain:
         raise PluginBuildError(
             f"apache-tvm at {runtime.parent.parent} ships no lib/libtvm_runtime.so; reinstall it"
         )
-    return _Toolchain(path, version, tvm.__version__, ffi_root / "include", ffi_root / "lib", runtime)
+    return _Toolchain(
+        path,
+        version,
+        tvm.__version__,
+        ffi_root / "include",
+        ffi_root / "lib",
+        runtime,
+        *_host_cpu(),
+        _openssl(path),
+    )
 
 
 def _build_key(sources: list[Path], include: Path, tc: _Toolchain) -> str:
@@ -220,6 +288,9 @@ def _build_key(sources: list[Path], include: Path, tc: _Toolchain) -> str:
         str(tc.ffi_lib_dir),
         str(tc.tvm_runtime),
         platform.machine(),
+        tc.host_cpu,
+        tc.host_cpu_id,
+        tc.openssl,
     ):
         h.update(part.encode() + b"\0")
     for path in [
@@ -261,12 +332,16 @@ def build_plugin(
             f"-I{tc.ffi_include}",
             f'-DNXRT_TVM_VERSION="{tc.tvm_version}"',
             f'-DNXRT_TVM_RUNTIME_LIB="{tc.tvm_runtime}"',
+            f'-DNXRT_HOST_CPU="{tc.host_cpu}"',
+            f'-DNXRT_HOST_CPU_ID="{tc.host_cpu_id}"',
+            *(["-DNXRT_HAVE_OPENSSL"] if tc.openssl else []),
             *(str(s) for s in sources if s.suffix == ".c"),
             "-o",
             tmp,
             f"-L{tc.ffi_lib_dir}",
             "-ltvm_ffi",
             f"-Wl,-rpath,{tc.ffi_lib_dir}",
+            *(["-lcrypto"] if tc.openssl else []),
             "-lpthread",
             "-ldl",
         ]
