@@ -12,6 +12,8 @@
  */
 #include "plugin.h"
 
+#include <pthread.h>
+
 /* LLVM tuning hints: they shape code, they do not require hardware. */
 static const char* const TUNING[] = {
     "64bit-mode", "allow-light-256-bit", "branchfusion", "macrofusion", "idivq-to-divl", "idivl-to-divb",
@@ -146,9 +148,19 @@ static void cpu_model_id(char* out, size_t out_len) {
   snprintf(out, out_len, "%s/%u/%u", vendor, family, model);
 }
 
+#define N_ISA (sizeof ISA / sizeof ISA[0])
+static bool HAVE[N_ISA];
+static pthread_once_t probed = PTHREAD_ONCE_INIT;
+
+/* cpuid once per process: in a VM each one traps to the hypervisor, and a fat node asks per variant. */
+static void probe(void) {
+  for (size_t j = 0; j < N_ISA; j++) HAVE[j] = cpu_has(&ISA[j]);
+}
+
 feature_state cpu_feature_state(const char* name) {
-  for (size_t j = 0; j < sizeof ISA / sizeof ISA[0]; j++)
-    if (!strcmp(ISA[j].name, name)) return cpu_has(&ISA[j]) ? FEATURE_PRESENT : FEATURE_MISSING;
+  pthread_once(&probed, probe);
+  for (size_t j = 0; j < N_ISA; j++)
+    if (!strcmp(ISA[j].name, name)) return HAVE[j] ? FEATURE_PRESENT : FEATURE_MISSING;
   if (!feature_requires_hardware(name)) return FEATURE_PRESENT;
   return FEATURE_UNVERIFIABLE;
 }

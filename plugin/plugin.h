@@ -63,6 +63,8 @@ typedef struct {
   unsigned char buf[64];
   size_t used;
   uint64_t total;
+  void* evp;   /* OpenSSL's digest context where the plugin links it (sha256.c) */
+  bool failed; /* OpenSSL reported an error: the digest is "" */
 } sha256_ctx;
 void sha256_init(sha256_ctx* c);
 void sha256_update(sha256_ctx* c, const unsigned char* data, size_t n);
