@@ -150,9 +150,10 @@ def _rewrites_layout(func: tvm.tirx.PrimFunc) -> bool:
 def _split_layout_rewrites() -> tvm.transform.Pass:
     """`SplitLayoutRewritePreproc` on the kernels that have a layout-rewrite block, and only those.
 
-    TVM's pass visits every kernel marked layout-free and fails on ones it cannot analyse (a
-    gather, a scan: the index kernels of Slice/Unsqueeze with run-time axes), so the mark is
-    dropped where no schedule used it, and the pass is skipped when none did.
+    TVM's pass visits every kernel of the module it is given and fails on any whose root holds a
+    statement outside a block (a size check's assert, a scan), so the mark is dropped where no schedule
+    used it and the pass sees only the kernels that keep it; it is skipped when none does. Before, one
+    size check in a BERT export's partition left every matmul repacking its weight at each call.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.SplitLayoutRewrites")
@@ -176,10 +177,23 @@ def _split_layout_rewrites() -> tvm.transform.Pass:
         mod = mod.clone()
         for gv, func in updates.items():
             mod[gv] = func
+        # TVM's pass visits every kernel and fails on one whose root holds a statement without a block
+        # (our size checks' assert), so it sees only the Relax functions and the kernels it splits
+        others = {
+            gv: f
+            for gv, f in mod.functions_items()
+            if isinstance(f, tvm.tirx.PrimFunc)
+            and not (f.attrs is not None and "layout_free_buffers" in f.attrs)
+        }
         try:
-            return relax.transform.SplitLayoutRewritePreproc()(mod)
+            split = relax.transform.SplitLayoutRewritePreproc()(
+                tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in others}, attrs=mod.attrs)
+            )
         except tvm.error.InternalError:
             return _unsplittable_kept_inside(mod)
+        for gv, func in others.items():
+            split[gv] = func
+        return relax.transform.DeadCodeElimination()(split)  # the kernels split, now unused
 
     return split
 
@@ -188,9 +202,7 @@ def _unsplittable_kept_inside(mod: tvm.IRModule) -> tvm.IRModule:
     """`mod` with every layout-rewrite mark dropped, for a module TVM's `SplitLayoutRewritePreproc`
     fails on: the weight packing stays inside each kernel (run at every call, right all the same).
 
-    Seen on a transformers BERT export's matmuls, in a partition that also computes the attention
-    mask ("There should be at least a block in the subtree"); the same kernels in a module of their
-    own split, so the failure is the module's, not one kernel's.
+    No kernel of the corpus needs it since the pass stopped seeing the kernels it does not split.
     """
     mod = mod.clone()
     for gv, func in list(mod.functions_items()):

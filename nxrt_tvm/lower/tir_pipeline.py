@@ -32,6 +32,7 @@ from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
 from .strict import own_pass
+from .vector_guards import VersionGuardedVectors
 
 __all__ = [
     "CPU_TIR_PIPELINE",
@@ -51,7 +52,7 @@ CPU_TIR_PIPELINE = "nxrt_tvm.cpu"
 STACK_LIMIT_BYTES = 16 * 1024
 
 #: what of this pipeline shapes measured times: tuning measures its baselines again when it changes
-MEASURED_PIPELINE = f"{CPU_TIR_PIPELINE}/stack<={STACK_LIMIT_BYTES}"
+MEASURED_PIPELINE = f"{CPU_TIR_PIPELINE}/stack<={STACK_LIMIT_BYTES}/versioned-vectors"
 
 #: `LowerTVMBuiltin`'s opt-out annotation (`tirx::transform::kDisableLowerTVMBuiltin`)
 _KEEP_AS_ALLOCA = "disable_lower_builtin"
@@ -134,13 +135,79 @@ def SkipEmptyOutputs(
     return func.with_body(s_tir.SBlockRealize(realize.iter_values, realize.predicate, guarded))
 
 
+def _lowering_passes(config) -> list[tvm.transform.Pass]:
+    """TVM 0.27's default TIR lowering (`tvm.s_tir.pipeline.default_s_tir_pipeline`), pass for pass, for
+    CPU kernels: our passes go where TVM's list has no hook (`VersionGuardedVectors` must see the
+    flattened loops before `VectorizeLoop`)."""
+    S, X = s_tir.transform, tirx.transform
+    passes = [
+        S.CanonicalizeLoop(),
+        S.LowerCrossThreadReduction(),
+        S.LowerInitBlock(),
+        S.PlanAndUpdateBufferAllocationLocation(),
+        S.ConvertBlocksToOpaque(),
+        S.LiftThreadBinding(),
+        S.ManifestSharedMemoryLocalStage(),
+        S.CompactBufferAllocation(),
+        S.LowerAutoCopy(),
+        S.UnifyThreadBinding(),
+        S.LowerMatchBuffer(),
+        S.StmtSimplify(),
+        S.InjectPermutedLayout(),
+        S.AnnotateIrregularLoop(),
+        S.InjectSoftwarePipeline(),
+        S.TransformMmaBufferLayout(),
+        S.LowerOpaqueBlock(),
+        X.FlattenBuffer(),
+        X.BF16ComputeLegalize(),
+        X.NarrowDataType(32),
+        S.LoopPartition(),
+        VersionGuardedVectors,
+        X.VectorizeLoop(not bool(config.get("tirx.disable_vectorize", False))),
+        S.InjectVirtualThread(),
+        S.InjectDoubleBuffer(),
+    ]
+    if not bool(config.get("tirx.disable_storage_rewrite", False)):
+        passes.append(X.StorageRewrite())
+    passes += [
+        S.HoistIfThenElse(),
+        X.UnrollLoop(),
+        S.RenormalizeSplitPattern(),
+        X.StmtSimplify(),
+        X.RemoveNoOp(),
+        S.RewriteUnsafeSelect(),
+    ]
+    if bool(config.get("tirx.instrument_bound_checkers", False)):
+        passes.append(S.InstrumentBoundCheckers())
+    if not bool(config.get("tirx.disable_cse_tir", False)):
+        passes.append(X.CommonSubexprElim())
+    return passes + [
+        X.FP8ComputeLegalize(),
+        S.VerifyVTCMLimit(),
+        S.LowerVtcmAlloc(),
+        X.VerifyMemory(),
+        X.AnnotateEntryFunc(),
+        S.ThreadSync("shared"),
+        S.ThreadSync("shared.dyn"),
+        S.ThreadSync("warp"),
+        S.InferFragment(),
+        S.LowerThreadAllreduce(),
+        S.MergeSharedMemoryAllocations(),
+        X.SplitHostDevice(),
+        X.MakePackedAPI(),
+        X.FP8StorageLegalize(),
+        X.BF16StorageLegalize(),
+    ]
+
+
 def _cpu_pipeline():
-    main, finalize_host, finalize_device = compilation_pipeline.get_tir_pipeline("default")
+    _, finalize_host, finalize_device = compilation_pipeline.get_tir_pipeline("default")
 
     @tvm.transform.module_pass(opt_level=0, name=CPU_TIR_PIPELINE)
     def pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        # the guard wraps blocks (before main lowers them); stack marks precede finalize's LowerTVMBuiltin
-        return StackAllocateSmallBuffers(main(SkipEmptyOutputs(mod)))
+        # the guard wraps blocks (before lowering); stack marks precede finalize's LowerTVMBuiltin
+        lowering = _lowering_passes(tvm.transform.PassContext.current().config)
+        return StackAllocateSmallBuffers(tvm.transform.Sequential(lowering)(SkipEmptyOutputs(mod)))
 
     return pipeline, finalize_host, finalize_device
 

@@ -284,6 +284,31 @@ def test_constant_weights_are_packed_at_compile_time(case, rule, weight):
     assert not any("layout_rewrite_preproc" in f.script() for f in funcs.values())
 
 
+def test_weights_are_packed_beside_a_size_check():
+    """A run-time size check (an Add of two symbolic dims that must match) is a kernel whose root holds
+    an assert outside any block; TVM's layout split failed on the whole module for it, and every matmul
+    of a BERT export's partition repacked its weight at each call."""
+    model = _model(
+        [helper.make_node("Add", ["x", "p"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["out"])],
+        [("x", ["n", 64]), ("p", ["m", 64])],
+        ["out"],
+        [("w", [64, 96])],
+    )
+    funcs = _prim_funcs(_lowered(model))
+    assert any(f.attrs is not None and f.attrs.get(RULE_ATTR) == "SizeCheck" for f in funcs.values())
+    (kernel,) = [f for name, f in funcs.items() if name.endswith("_prepacked")]  # the original is gone
+    assert "T.Buffer((T.int64(3), T.int64(64), T.int64(32))" in kernel.script()  # the packed weight
+    assert not any("layout_rewrite_preproc" in f.script() for f in funcs.values())
+    session = nx.InferenceSession(model, providers=["TvmExecutionProvider"])
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n, m in ((5, 5), (7, 1)):
+        feeds = {
+            "x": RNG.standard_normal((n, 64)).astype(np.float32),
+            "p": RNG.standard_normal((m, 64)).astype(np.float32),
+        }
+        np.testing.assert_allclose(session.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_weightless_builds_keep_weights_unpacked():
     """Weights bound at load are inputs, not constants:
     nothing to fold, so the kernel reads them as they are."""
