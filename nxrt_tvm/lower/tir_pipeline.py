@@ -31,6 +31,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
+from .integer_powers import IntegerPowers
 from .strict import own_pass
 from .vector_guards import VersionGuardedVectors
 
@@ -52,7 +53,7 @@ CPU_TIR_PIPELINE = "nxrt_tvm.cpu"
 STACK_LIMIT_BYTES = 16 * 1024
 
 #: what of this pipeline shapes measured times: tuning measures its baselines again when it changes
-MEASURED_PIPELINE = f"{CPU_TIR_PIPELINE}/stack<={STACK_LIMIT_BYTES}/versioned-vectors"
+MEASURED_PIPELINE = f"{CPU_TIR_PIPELINE}/stack<={STACK_LIMIT_BYTES}/versioned-vectors/integer-powers"
 
 #: `LowerTVMBuiltin`'s opt-out annotation (`tirx::transform::kDisableLowerTVMBuiltin`)
 _KEEP_AS_ALLOCA = "disable_lower_builtin"
@@ -141,6 +142,7 @@ def _lowering_passes(config) -> list[tvm.transform.Pass]:
     flattened loops before `VectorizeLoop`)."""
     S, X = s_tir.transform, tirx.transform
     passes = [
+        IntegerPowers,
         S.CanonicalizeLoop(),
         S.LowerCrossThreadReduction(),
         S.LowerInitBlock(),
