@@ -87,6 +87,24 @@ def conv(n, c, h, w, oc, kernel, stride, pad, group=1, act="Relu"):
     return _model(nodes, [("x", [n, c, h, w])], ["out"], weights)
 
 
+def conv1d(n, c, w, oc, kernel, stride, pads, group=1, dilation=1):
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ["x", "w", "b"],
+            ["y"],
+            kernel_shape=[kernel],
+            strides=[stride],
+            pads=pads,
+            group=group,
+            dilations=[dilation],
+        ),
+        helper.make_node("Relu", ["y"], ["out"]),
+    ]
+    weights = [("w", [oc, c // group, kernel]), ("b", [oc])]
+    return _model(nodes, [("x", [n, c, w])], ["out"], weights)
+
+
 def pool(op, shape, **attrs):
     return _model([helper.make_node(op, ["x"], ["out"], **attrs)], [("x", shape)], ["out"])
 
@@ -166,6 +184,12 @@ CASES = {
     "groupconv5x5_1x16x9x9_g2": (conv(1, 16, 9, 9, 24, 5, 1, 2, group=2), "conv", 1e-4),
     "groupconv1x1_1x24x7x7_g3": (conv(1, 24, 7, 7, 36, 1, 1, 0, group=3), "conv", 1e-4),
     "dwconv5x5_1x40x9x9": (conv(1, 40, 9, 9, 40, 5, 1, 2, group=40, act="Sigmoid"), "conv", 1e-4),
+    # 1-D: as 1xK 2-D convolutions, NHWC (an audio front end's 80 taps at stride 4; grouped; dilated)
+    "conv1d_k80s4_1x1x1000": (conv1d(1, 1, 1000, 32, 80, 4, [38, 38]), "conv", 1e-4),
+    "conv1d_k5d2_2x7x33": (conv1d(2, 7, 33, 9, 5, 1, [3, 1], dilation=2), "conv", 1e-4),
+    "conv1d_k3_1x12x50_g3": (conv1d(1, 12, 50, 6, 3, 2, [1, 1], group=3), "conv", 1e-4),
+    # depthwise 1-D: one reduction axis left (the taps), the matmul rule's tile: channels x positions
+    "dwconv1d_k5_1x16x40": (conv1d(1, 16, 40, 16, 5, 1, [2, 2], group=16), "matmul", 1e-4),
     "maxpool3x3s2_1x5x13x13": (
         pool("MaxPool", [1, 5, 13, 13], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
         "pooling",
@@ -282,6 +306,32 @@ def test_constant_weights_are_packed_at_compile_time(case, rule, weight):
     shapes = [tuple(int(d) for d in b.shape) for b in kernel.params]
     assert weight in shapes, shapes
     assert not any("layout_rewrite_preproc" in f.script() for f in funcs.values())
+
+
+def test_a_1d_convolution_runs_as_a_2d_one_over_a_symbolic_length():
+    """Conv1d in NCW vectorised over output positions: at stride 4 every vector load was a gather (an
+    audio model 6x onnxruntime). As a 1xK conv2d it runs NHWC; a max pool after it over the symbolic
+    length (clamped extents) builds, and every length matches onnxruntime."""
+    model = _model(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[80], strides=[4], pads=[40, 40]),
+            helper.make_node("Relu", ["y"], ["r"]),
+            helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[4], strides=[4]),
+            helper.make_node("Conv", ["p", "w2", "b2"], ["y2"], kernel_shape=[3], pads=[1, 1]),
+            helper.make_node("MaxPool", ["y2"], ["out"], kernel_shape=[4], strides=[4]),
+        ],
+        [("x", ["n", 1, "t"])],
+        ["out"],
+        [("w", [32, 1, 80]), ("b", [32]), ("w2", [32, 32, 3]), ("b2", [32])],
+    )
+    funcs = _prim_funcs(_lowered(model))
+    convs = [name for name, f in funcs.items() if f.attrs is not None and f.attrs.get(RULE_ATTR) == "conv"]
+    assert convs and all("conv2d" in name for name in convs), sorted(funcs)
+    session = nx.InferenceSession(model, providers=["TvmExecutionProvider"])
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n, t in ((1, 20), (2, 61), (1, 100), (3, 1001)):  # 20, 61: shorter than the second pool's window
+        feeds = {"x": RNG.standard_normal((n, 1, t)).astype(np.float32)}
+        np.testing.assert_allclose(session.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_weights_are_packed_beside_a_size_check():
@@ -422,6 +472,43 @@ def test_schedule_phase_sits_after_fusion_and_only_on_llvm():
         for p in pipeline.lowering_passes(TARGET, pipeline.Lowering(schedule_passes=tuple(custom)))
     ]
     assert custom_names.count("FastMathTransform") == 0
+
+
+#: a MaxPool's -inf fill for an input shorter than its window, moved to NHWC (conv1d_audio's first pool)
+_CLAMPED_FILL = """
+# from tvm.script import tirx as T
+
+@T.prim_func(s_tir=True)
+def main(batch: T.int64, samples: T.int64, out: T.Buffer((batch, LEN, T.int64(32)), "float32")):
+    T.func_attr({"tirx.noalias": True})
+    full = T.sblock_alloc_buffer((batch, T.int64(32), LEN))
+    for ax0, ax1, ax2 in T.grid(batch, T.int64(32), LEN):
+        with T.sblock("T_full"):
+            v_ax0, v_ax1, v_ax2 = T.axis.remap("SSS", [ax0, ax1, ax2])
+            full[v_ax0, v_ax1, v_ax2] = T.float32(-1.0)
+    for ax0, ax1, ax2 in T.grid(batch, LEN, T.int64(32)):
+        with T.sblock("T_transpose"):
+            v_ax0, v_ax1, v_ax2 = T.axis.remap("SSS", [ax0, ax1, ax2])
+            out[v_ax0, v_ax1, v_ax2] = full[v_ax0, v_ax2, v_ax1]
+""".replace(
+    "LEN",
+    "T.max(T.int64(3) - T.max(T.int64(0), samples // T.int64(4) - T.int64(3)) // T.int64(4), T.int64(0))",
+)
+
+
+def test_a_clamped_extent_is_not_fused_with_the_loops_after_it():
+    """A loop whose extent holds a max (a pooled length clamped at 0) fused with the channel vectors
+    after it failed TVM's index analysis at build time ("padding factor ... is not divisible"): the
+    partition was bisected and its pools declined."""
+    from nxrt_tvm.lower.schedules.generic import Generic
+    from nxrt_tvm.lower.tir_pipeline import CPU_TIR_PIPELINE
+
+    sch = Generic().apply(tvm.script.from_source(_CLAMPED_FILL), TARGET, False)
+    lib = tvm.tirx.build(sch.mod, TARGET, pipeline=CPU_TIR_PIPELINE)
+    for samples, rows in ((4, 3), (28, 2), (44, 1)):
+        out = tvm.runtime.tensor(np.zeros((2, rows, 32), np.float32))
+        lib["main"](2, samples, out)
+        np.testing.assert_array_equal(out.numpy(), np.full((2, rows, 32), -1.0, np.float32))
 
 
 def test_symbolic_injective_kernels_get_the_generic_rule():

@@ -30,6 +30,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
+from ..conv1d import Conv1dAsConv2d
 from ..fold_batchnorm import FoldBatchNormIntoConv
 from ..grouped_conv import SplitGroupedConv, conv2d_like
 from ..precision import PreciseFastMath
@@ -91,7 +92,8 @@ CONV_ALGORITHMS = ("auto", "direct")
 
 
 def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto") -> list[tvm.transform.Pass]:
-    """Relax passes before legalisation: inference BatchNormalization folded into the conv before it;
+    """Relax passes before legalisation: 1-D convolutions as 1xK 2-D ones (`nxrt_tvm.lower.conv1d`);
+    inference BatchNormalization folded into the conv before it;
     grouped convolutions split into one per group (`nxrt_tvm.lower.grouped_conv`);
     exp/erf/tanh as vectorisable polynomials, not libm calls, where the precision policy allows
     (`nxrt_tvm.lower.precision`); 2-D convolutions in NHWC (`CONV_LAYOUT`;
@@ -100,7 +102,14 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
     if target.kind.name != "llvm":
         return []
     winograd = [WinogradConv2D] if conv_algorithm == "auto" else []
-    return [FoldBatchNormIntoConv(), SplitGroupedConv(), PreciseFastMath(), convert_conv_layout(), *winograd]
+    return [
+        Conv1dAsConv2d(),
+        FoldBatchNormIntoConv(),
+        SplitGroupedConv(),
+        PreciseFastMath(),
+        convert_conv_layout(),
+        *winograd,
+    ]
 
 
 def _has_conv(mod: tvm.IRModule) -> bool:

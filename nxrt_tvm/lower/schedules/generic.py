@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+import tvm_ffi
 from tvm import s_tir, tirx
 
 from .base import CpuRule, extent_of, inline, parallel, uses_div_mod, vector_lanes
@@ -62,11 +63,27 @@ def _schedule_block(sch: s_tir.Schedule, block, lanes: int) -> bool:
             lead = [*lead[:-1], inner] if inner != lead[-1] else lead[:-1]
         elif len(lead) > 1:
             lead = lead[:-1]  # the innermost loop stays serial, contiguous, inside each parallel iteration
+    cut = next((k + 1 for k, loop in enumerate(lead) if _clamped(sch.get(loop).extent)), len(lead))
+    lead = lead[:cut]  # loops after a clamped extent stay serial inside each parallel iteration
     extents = [extent_of(sch, loop) for loop in lead]
     symbolic = any(e is None for e in extents)
     if lead and (symbolic or math.prod(extents) >= MIN_PARALLEL_WORK):
         parallel(sch, sch.fuse(*lead) if len(lead) > 1 else lead[0])
     return True
+
+
+def _clamped(extent: tirx.Expr) -> bool:
+    """Whether a loop extent holds a max/min (a pooled length clamped at 0). Fused with a loop after it,
+    TVM 0.27's index analysis fails the build (FlattenBuffer: "padding factor ... is not divisible")."""
+    found = False
+
+    def note(node):
+        nonlocal found
+        found = True
+        return node
+
+    tvm_ffi.structural_map(extent, ((tirx.Max, tirx.Min, tirx.Select), note))
+    return found
 
 
 def _vectorise_inner(sch: s_tir.Schedule, block, loop, var_index: int, lanes: int):
