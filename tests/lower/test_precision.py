@@ -19,12 +19,13 @@ from tvm import relax, te, topi
 
 import nxrt_tvm as nx
 from nxrt_tvm.frontend import import_onnx
-from nxrt_tvm.lower.precision import APPROXIMATIONS, PreciseFastMath
+from nxrt_tvm.lower.precision import APPROXIMATIONS, PreciseFastMath, fast_sigmoid
 
 _REFERENCE = {
     "relax.exp": (topi.fast_exp, np.exp),
     "relax.erf": (topi.fast_erf, np.vectorize(math.erf)),
     "relax.tanh": (topi.fast_tanh, np.tanh),
+    "relax.sigmoid": (fast_sigmoid, lambda x: 1.0 / (1.0 + np.exp(-x))),
 }
 
 
@@ -99,7 +100,7 @@ DISCRETE = {
 }
 
 
-@pytest.mark.parametrize("op", ["Exp", "Erf", "Tanh", "Softmax"])
+@pytest.mark.parametrize("op", ["Exp", "Erf", "Tanh", "Sigmoid", "Softmax"])
 @pytest.mark.parametrize("consumer", sorted(DISCRETE))
 def test_values_that_reach_a_discrete_consumer_stay_exact(op, consumer):
     nodes, elem = DISCRETE[consumer]
@@ -107,11 +108,11 @@ def test_values_that_reach_a_discrete_consumer_stay_exact(op, consumer):
     if consumer == "topk-indices":
         model.graph.initializer.append(onnx.numpy_helper.from_array(np.array([3], np.int64), "k"))
     ops = _ops(PreciseFastMath()(import_onnx(model)))
-    exact = {"Exp": "relax.exp", "Erf": "relax.erf", "Tanh": "relax.tanh", "Softmax": "relax.nn.softmax"}[op]
+    exact = {"Softmax": "relax.nn.softmax"}.get(op, f"relax.{op.lower()}")
     assert exact in ops and not any(o.startswith("fast_") for o in ops), ops
 
 
-@pytest.mark.parametrize("op", ["Exp", "Erf", "Tanh", "Softmax"])
+@pytest.mark.parametrize("op", ["Exp", "Erf", "Tanh", "Sigmoid", "Softmax"])
 def test_values_that_only_reach_float_outputs_are_approximated(op):
     model = _model([h.make_node(op, ["x"], ["a"]), h.make_node("Relu", ["a"], ["y"])], [("y", T.FLOAT)])
     ops = _ops(PreciseFastMath()(import_onnx(model)))

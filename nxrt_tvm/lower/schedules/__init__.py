@@ -106,8 +106,8 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
         Conv1dAsConv2d(),
         FoldBatchNormIntoConv(),
         SplitGroupedConv(),
+        convert_conv_layout(),  # first: approximations are kernels, which layout conversion cannot enter
         PreciseFastMath(),
-        convert_conv_layout(),
         *winograd,
     ]
 
