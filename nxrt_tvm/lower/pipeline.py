@@ -29,6 +29,7 @@ from ..api.kernel import KernelVariant
 from ..timing import mark_phase
 from . import schedules
 from .fold_constants import with_bulk_folding
+from .reshape_views import ReshapeKernelsAsViews, legalize_reshape
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
 from .size_params import SizeParamsInOrder
@@ -257,10 +258,14 @@ def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) ->
     mark_layout_free, _ = layout_passes(target)
     legalize: list[tvm.transform.Pass] = []
     for p in with_bulk_folding(backend.legalize_passes(target)):
+        if p.info.name == "LegalizeOps":  # TVM's, with reshape kernels marked (`lower.reshape_views`)
+            p = relax.transform.LegalizeOps({"relax.reshape": legalize_reshape})
         legalize.append(p)
         # each makes kernels whose size parameters it orders by address (`lower.size_params`)
         if p.info.name in ("LegalizeOps", "FuseTIR"):
             legalize.append(SizeParamsInOrder)
+        if p.info.name == "FuseTIR":
+            legalize.append(ReshapeKernelsAsViews)
     return [
         *backend.library_dispatch_passes(target),
         *pre_legalize,
