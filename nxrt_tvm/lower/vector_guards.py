@@ -61,7 +61,8 @@ def _corner(d: tirx.Expr, box: _Box, largest: bool) -> tirx.Expr | None:
             return None
         if c.value:
             value = value + c * (hi if (c.value > 0) == largest else lo)
-    return value
+    # a term the analysis took as constant may still read a lane (a load indexed by it): undecided
+    return None if _uses(value, box) else value
 
 
 def _always(cond: tirx.Expr, box: _Box) -> tirx.Expr | None:

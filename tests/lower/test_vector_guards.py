@@ -57,6 +57,9 @@ def test_whole_vectors_of_a_guarded_loop_run_as_vectors(fill):
         np.testing.assert_array_equal(y.numpy(), want)
 
 
+_MASK = tirx.decl_buffer((1024,), "float32", name="mask")
+
+
 def _guarded(condition) -> tirx.PrimFunc:
     """for i in range((n + 15) // 16): for v in vectorized(16): if condition(i, v, n): ..."""
     n = tirx.Var("n", "int64")
@@ -113,6 +116,7 @@ def test_a_linear_guard_gets_an_unguarded_version_for_whole_vectors():
     [
         lambda i, v, n: v * v < n,  # not affine in the lane
         lambda i, v, n: tirx.call_extern("bool", "is_set", i * 16 + v),  # read from data
+        lambda i, v, n: _MASK[i * 16 + v] > 0,  # a load indexed by the lane
     ],
 )
 def test_a_guard_that_cannot_be_decided_for_every_lane_is_left_alone(condition):
