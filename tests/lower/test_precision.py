@@ -15,6 +15,7 @@ import tvm
 from onnx import TensorProto as T
 from onnx import helper as h
 from parity import ort_run
+from relax_calls import called
 from tvm import relax, te, topi
 
 import nxrt_tvm as nx
@@ -57,19 +58,6 @@ def test_each_approximation_stays_within_its_documented_error(approx):
     )
 
 
-def _ops(mod: tvm.IRModule) -> list[str]:
-    names = []
-
-    def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            names.append(expr.args[0].name_hint if expr.op.name == "relax.call_tir" else expr.op.name)
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return names
-
-
 def _model(nodes, outputs, shape=(2, 8)) -> onnx.ModelProto:
     graph = h.make_graph(
         nodes,
@@ -107,7 +95,7 @@ def test_values_that_reach_a_discrete_consumer_stay_exact(op, consumer):
     model = _model([h.make_node(op, ["x"], ["a"]), *nodes], [("y", elem)])
     if consumer == "topk-indices":
         model.graph.initializer.append(onnx.numpy_helper.from_array(np.array([3], np.int64), "k"))
-    ops = _ops(PreciseFastMath()(import_onnx(model)))
+    ops = called(PreciseFastMath()(import_onnx(model)))
     exact = {"Softmax": "relax.nn.softmax"}.get(op, f"relax.{op.lower()}")
     assert exact in ops and not any(o.startswith("fast_") for o in ops), ops
 
@@ -115,7 +103,7 @@ def test_values_that_reach_a_discrete_consumer_stay_exact(op, consumer):
 @pytest.mark.parametrize("op", ["Exp", "Erf", "Tanh", "Sigmoid", "Softmax"])
 def test_values_that_only_reach_float_outputs_are_approximated(op):
     model = _model([h.make_node(op, ["x"], ["a"]), h.make_node("Relu", ["a"], ["y"])], [("y", T.FLOAT)])
-    ops = _ops(PreciseFastMath()(import_onnx(model)))
+    ops = called(PreciseFastMath()(import_onnx(model)))
     assert any(o.startswith("fast_") for o in ops) and f"relax.{op.lower()}" not in ops, ops
 
 
@@ -129,7 +117,7 @@ def test_one_value_approximated_for_its_float_use_stays_exact_for_its_discrete_u
         h.make_node("Exp", ["x"], ["c"]),
         h.make_node("Neg", ["c"], ["g"]),
     ]
-    ops = _ops(
+    ops = called(
         PreciseFastMath()(import_onnx(_model(nodes, [("f", T.FLOAT), ("i", T.INT32), ("g", T.FLOAT)])))
     )
     assert ops.count("relax.exp") == 1 and ops.count("fast_exp") == 1, ops
@@ -173,14 +161,14 @@ def test_quantisation_is_not_a_discrete_consumer():
         h.make_node("DynamicQuantizeLinear", ["b"], ["q", "s", "z"]),
         h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
     ]
-    ops = _ops(PreciseFastMath()(import_onnx(_model(nodes, [("y", T.FLOAT)]))))
+    ops = called(PreciseFastMath()(import_onnx(_model(nodes, [("y", T.FLOAT)]))))
     assert "fast_softmax" in ops and "fast_erf" in ops and "relax.nn.softmax" not in ops, ops
     cast = [
         h.make_node("Softmax", ["x"], ["a"]),
         h.make_node("DynamicQuantizeLinear", ["a"], ["q", "s", "z"]),
         h.make_node("Cast", ["s"], ["y"], to=T.INT32),
     ]  # the scale itself cast to an integer: exact
-    ops = _ops(PreciseFastMath()(import_onnx(_model(cast, [("y", T.INT32)]))))
+    ops = called(PreciseFastMath()(import_onnx(_model(cast, [("y", T.INT32)]))))
     assert "relax.nn.softmax" in ops, ops
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import tvm
 from onnx import TensorProto, helper, numpy_helper
-from tvm import relax
+from relax_calls import called
 
 import nxrt_tvm as nx
 from nxrt_tvm.frontend import import_onnx
@@ -41,26 +41,13 @@ def _conv_then_flatten():
     return model
 
 
-def _calls(mod: tvm.IRModule) -> list[str]:
-    names = []
-
-    def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            names.append(expr.args[0].name_hint if expr.op.name == "relax.call_tir" else expr.op.name)
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return names
-
-
 def test_a_reshape_left_alone_is_a_view_and_matches_onnxruntime():
     model = _conv_then_flatten()
     with TARGET:
         fused = tvm.transform.Sequential(pipeline.fusion_passes(TARGET))(import_onnx(model))
     kernels = [f for f in fused.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert not any(f.attrs is not None and VIEW_ATTR in f.attrs for f in kernels)  # no copy kernel left
-    assert "relax.reshape" in _calls(fused)
+    assert "relax.reshape" in called(fused)
     session = nx.InferenceSession(model, providers=["TvmExecutionProvider"])
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for h, w in ((5, 7), (8, 8), (1, 13)):
