@@ -69,6 +69,18 @@ def test_bad_options_are_typed_errors():
         nx.InferenceSession(model_zoo.mlp(), provider_options=[{"cost_budget_s": 0}, {}])
 
 
+def test_empty_paths_mean_no_cache_and_no_logs(tmp_path, monkeypatch):
+    """As onnxruntime's providers read an empty path option: unset (it made the working directory a
+    compile cache, writing `.lock` and `v1/` beside the user's files)."""
+    monkeypatch.chdir(tmp_path)
+    model = model_zoo.mlp()
+    sess = nx.InferenceSession(model, provider_options=[{"cache_dir": "", "tuning_logs": " "}, {}])
+    assert TVM in {p.ep for p in sess.plan.partitions}
+    assert list(tmp_path.iterdir()) == []
+    feeds = model_zoo.make_inputs("mlp")
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+
+
 def test_cost_policy_declines_a_partition_slower_than_the_fallback():
     """Naive TVM loops (no schedule rules) lose to onnxruntime
     on a 256x256x256 matmul: the cost policy declines it."""

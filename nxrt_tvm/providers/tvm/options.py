@@ -88,12 +88,18 @@ class TvmOptions:
             passes=tuple(given["passes"] or ()),
             schedule_passes=None if schedule_passes is None else tuple(schedule_passes),
             conv_algorithm=given["conv_algorithm"],
-            tuning_logs=given["tuning_logs"],
+            tuning_logs=_unset_if_empty(given["tuning_logs"]),
             weightless=as_bool("weightless", given["weightless"]),
-            cache_dir=given["cache_dir"],
+            cache_dir=_unset_if_empty(given["cache_dir"]),
             cache_max_bytes=None if max_bytes is None else as_int("cache_max_bytes", max_bytes, 1),
             claim_policy=given["claim_policy"],
             cost_budget_s=as_seconds("cost_budget_s", given["cost_budget_s"]),
             compile_isolation=given["compile_isolation"],
             compile_timeout_s=as_seconds("compile_timeout_s", given["compile_timeout_s"]),
         )
+
+
+def _unset_if_empty(path: str | os.PathLike | None) -> str | os.PathLike | None:
+    """An empty path is no path, as onnxruntime's providers read their path options: `cache_dir=""` had
+    made the working directory a compile cache."""
+    return None if isinstance(path, str) and not path.strip() else path
