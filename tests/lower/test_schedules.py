@@ -718,10 +718,23 @@ def _symbolic_matmuls():
         [("q", [2, 37, 24]), ("k", [2, 24, 37])],
         ["out"],
     )
-    return {"dense": dense, "scores": scores, "bare": bare, "odd": odd}
+    rows = _model(  # a torch export's dense layer: [batch x 16, 64] rows, a multiple of the tile
+        [
+            helper.make_node(
+                "Constant", [], ["flat"], value=numpy_helper.from_array(np.array([-1, 64], np.int64))
+            ),
+            helper.make_node("Reshape", ["x", "flat"], ["x2"]),
+            helper.make_node("MatMul", ["x2", "w"], ["y"]),
+            helper.make_node("Add", ["y", "bias"], ["out"]),
+        ],
+        [("x", ["b", 16, 64])],
+        ["out"],
+        [("w", [64, 64]), ("bias", [64])],
+    )
+    return {"dense": dense, "scores": scores, "bare": bare, "odd": odd, "rows": rows}
 
 
-@pytest.mark.parametrize("case", ["dense", "scores", "bare", "odd"])
+@pytest.mark.parametrize("case", ["dense", "scores", "bare", "odd", "rows"])
 def test_symbolic_matmuls_keep_a_static_register_tile(case):
     """Symbolic rows/columns (and static ones no tile divides) are padded to whole tiles (pad_einsum):
     the accumulator compacts to the static tile (a predicated split kept a buffer of every row,

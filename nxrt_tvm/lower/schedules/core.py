@@ -27,7 +27,7 @@ stays static and unpredicated; the epilogue writes only the real elements.
 
 from __future__ import annotations
 
-from tvm import s_tir, tirx
+from tvm import s_tir, sym, tirx
 from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_region
 
 from .base import extent_of, parallel, parallel_vectorize, uses_div_mod
@@ -178,6 +178,13 @@ def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int) -> None:
     )
 
 
+def _divides(tile: int, extent: tirx.Expr) -> bool:
+    """Whether `tile` provably divides a symbolic `extent`. Padding such an extent pads nothing: TVM's
+    pad_einsum then adds no copy, and the rule failed (a torch export's [batch x 16, 64] dense layer
+    fell to the generic rule's scalar reduction, 5x slower)."""
+    return bool(sym.Analyzer().can_prove(tirx.floormod(extent, tile) == 0))
+
+
 def _pad_to_tiles(
     sch: s_tir.Schedule, block, padding: list[int], epilogue: list, j_axis: int, lanes: int
 ) -> bool:
@@ -248,7 +255,10 @@ def tile_contraction(
     j_extent = extent_of(sch, loops[shape.spatial - 1])
     tile_j, vec = pick_j_tile(j_extent, lanes, vectors_j)
     # A constant weight keeps its checked column tail: padded, it would be copied at every call.
-    pad_j = weight is None and (j_extent is None or j_extent % tile_j != 0)
+    j_loop_extent = sch.get(loops[shape.spatial - 1]).extent
+    pad_j = weight is None and (
+        j_extent % tile_j != 0 if j_extent is not None else not _divides(tile_j, j_loop_extent)
+    )
     if weight is not None and int(weight.shape[-1].value) % tile_j:
         weight = None  # a column tile with a checked tail: the panels would not tile the weight
     if tile_j <= lanes:
@@ -259,7 +269,9 @@ def tile_contraction(
     if shape.i_axis is not None and tile_i > 1:
         i_extent = extent_of(sch, loops[shape.i_axis])
         whole = pick_i_tile(i_extent, tile_i)
-        if i_extent is None or (i_extent > 1 and i_extent % whole != 0):
+        if i_extent is None and _divides(whole, sch.get(loops[shape.i_axis]).extent):
+            pass  # a symbolic multiple of the tile (batch x 16 rows): whole tiles already
+        elif i_extent is None or (i_extent > 1 and i_extent % whole != 0):
             padding[shape.i_axis] = whole
     padded = any(p > 1 for p in padding) and _pad_to_tiles(
         sch, block, padding, epilogue, shape.spatial - 1, lanes
