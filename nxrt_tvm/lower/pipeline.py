@@ -160,35 +160,23 @@ def _split_layout_rewrites() -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.SplitLayoutRewrites")
     @own_pass
     def split(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        rewriting = False
-        updates = {}
-        for gv, func in mod.functions_items():
-            if (
-                not isinstance(func, tvm.tirx.PrimFunc)
-                or func.attrs is None
-                or "layout_free_buffers" not in func.attrs
-            ):
-                continue
-            if _rewrites_layout(func):
-                rewriting = True
-            else:
-                updates[gv] = func.without_attr("layout_free_buffers")
-        if not rewriting:
-            return mod
-        mod = mod.clone()
-        for gv, func in updates.items():
-            mod[gv] = func
         # TVM's pass visits every kernel and fails on one whose root holds a statement without a block
         # (our size checks' assert), so it sees only the Relax functions and the kernels it splits
-        others = {
-            gv: f
-            for gv, f in mod.functions_items()
-            if isinstance(f, tvm.tirx.PrimFunc)
-            and not (f.attrs is not None and "layout_free_buffers" in f.attrs)
-        }
+        functions, rewriting, others = {}, {}, {}
+        for gv, func in mod.functions_items():
+            if not isinstance(func, tvm.tirx.PrimFunc):
+                functions[gv] = func
+            elif "layout_free_buffers" not in (func.attrs or {}):
+                others[gv] = func
+            elif _rewrites_layout(func):
+                rewriting[gv] = func
+            else:
+                others[gv] = func.without_attr("layout_free_buffers")
+        if not rewriting:
+            return mod
         try:
             split = relax.transform.SplitLayoutRewritePreproc()(
-                tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in others}, attrs=mod.attrs)
+                tvm.IRModule({**functions, **rewriting}, attrs=mod.attrs)
             )
         except tvm.error.InternalError:
             return _unsplittable_kept_inside(mod)

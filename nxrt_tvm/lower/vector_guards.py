@@ -25,6 +25,7 @@ from collections.abc import Callable
 import tvm
 import tvm_ffi
 from tvm import sym, tirx
+from tvm.s_tir.dlight.analysis import collect_vars_used_in_prim_expr
 
 from .strict import own_pass
 
@@ -38,15 +39,7 @@ _Box = list[tuple[tirx.Var, tirx.Expr, tirx.Expr]]
 
 
 def _uses(expr: tirx.Expr, box: _Box) -> bool:
-    found = False
-
-    def visit(var: tirx.Var) -> tirx.Var:
-        nonlocal found
-        found = found or any(var.same_as(v) for v, _, _ in box)
-        return var
-
-    tvm_ffi.structural_map(expr, (tirx.Var, visit))
-    return found
+    return any(v.same_as(b) for v in collect_vars_used_in_prim_expr(expr) for b, _, _ in box)
 
 
 def _corner(d: tirx.Expr, box: _Box, largest: bool) -> tirx.Expr | None:
@@ -65,44 +58,24 @@ def _corner(d: tirx.Expr, box: _Box, largest: bool) -> tirx.Expr | None:
     return None if _uses(value, box) else value
 
 
-def _always(cond: tirx.Expr, box: _Box) -> tirx.Expr | None:
-    """A condition free of the box's vars under which `cond` holds at every point of the box."""
+def _holds(cond: tirx.Expr, box: _Box, value: bool) -> tirx.Expr | None:
+    """A condition free of the box's vars under which `cond` is `value` at every point of the box;
+    None where the test cannot tell."""
     if not _uses(cond, box):
-        return cond
+        return cond if value else tirx.Not(cond)
     if isinstance(cond, tvm.ir.Call) and cond.op.name == _LIKELY:
-        return _always(cond.args[0], box)
-    if isinstance(cond, tirx.And):
-        a, b = _always(cond.a, box), _always(cond.b, box)
-        return None if a is None or b is None else tirx.And(a, b)
-    if isinstance(cond, tirx.Or):
-        a, b = _always(cond.a, box), _always(cond.b, box)
-        if a is None or b is None:
+        return _holds(cond.args[0], box, value)
+    if isinstance(cond, tirx.Not):
+        return _holds(cond.a, box, not value)
+    if isinstance(cond, (tirx.And, tirx.Or)):
+        a, b = _holds(cond.a, box, value), _holds(cond.b, box, value)
+        if isinstance(cond, tirx.And) == value:  # both parts must settle it (and: true; or: false)
+            return None if a is None or b is None else tirx.And(a, b)
+        if a is None or b is None:  # either part settles it
             return a if b is None else b
         return tirx.Or(a, b)
-    if isinstance(cond, tirx.Not):
-        return _never(cond.a, box)
-    compare = _COMPARISONS.get(type(cond))
-    return None if compare is None else compare(cond.a - cond.b, box)
-
-
-def _never(cond: tirx.Expr, box: _Box) -> tirx.Expr | None:
-    """A condition free of the box's vars under which `cond` is false at every point of the box."""
-    if not _uses(cond, box):
-        return tirx.Not(cond)
-    if isinstance(cond, tvm.ir.Call) and cond.op.name == _LIKELY:
-        return _never(cond.args[0], box)
-    if isinstance(cond, tirx.Or):
-        a, b = _never(cond.a, box), _never(cond.b, box)
-        return None if a is None or b is None else tirx.And(a, b)
-    if isinstance(cond, tirx.And):
-        a, b = _never(cond.a, box), _never(cond.b, box)
-        if a is None or b is None:
-            return a if b is None else b
-        return tirx.Or(a, b)
-    if isinstance(cond, tirx.Not):
-        return _always(cond.a, box)
-    negated = _NEGATED.get(type(cond))
-    return None if negated is None else _always(negated(cond.a, cond.b), box)
+    bound = _COMPARISONS.get(type(cond) if value else _NEGATED.get(type(cond)))
+    return None if bound is None else bound(cond.a - cond.b, box)
 
 
 def _below(d, box, strict: bool):
@@ -148,53 +121,34 @@ def _decide(body: tirx.Stmt, box: _Box) -> tuple[tirx.Stmt, list] | None:
     conditions: list = []
     undecided = False
 
-    def guard(cond, keep_then_first: bool):
-        """(keep the then-branch?, condition) for a guard, or None."""
-        tries = [(True, _always), (False, _never)]
-        for keep, test in tries if keep_then_first else tries[::-1]:
-            q = test(cond, box)
+    def pick(guarded, cond, then, other, then_first: bool):
+        """The branch `cond` takes for every lane, its condition noted; `guarded` where undecided."""
+        nonlocal undecided
+        for keep in (True, False) if then_first else (False, True):
+            q = _holds(cond, box, keep)
             if q is not None:
-                return keep, q
-        return None
+                conditions.append(q)
+                return then if keep else other
+        undecided = True
+        return guarded
 
     def on_if(stmt: tirx.IfThenElse):
-        nonlocal undecided
         if not _uses(stmt.condition, box):
             return stmt
-        decided = guard(stmt.condition, keep_then_first=True)
-        if decided is None:
-            undecided = True
-            return stmt
-        keep, q = decided
-        conditions.append(q)
-        if keep:
-            return stmt.then_case
-        return stmt.else_case if stmt.else_case is not None else tirx.Evaluate(0)
+        other = stmt.else_case if stmt.else_case is not None else tirx.Evaluate(0)
+        return pick(stmt, stmt.condition, stmt.then_case, other, then_first=True)
 
     def on_call(call: tvm.ir.Call):
-        nonlocal undecided
         if call.op.name != _IF_THEN_ELSE or not _uses(call.args[0], box):
             return call
         cond, then, other = call.args
-        decided = guard(cond, keep_then_first=not _is_constant(then))  # the data, not a fill value
-        if decided is None:
-            undecided = True
-            return call
-        keep, q = decided
-        conditions.append(q)
-        return then if keep else other
+        return pick(call, cond, then, other, then_first=not _is_constant(then))  # the data, not a fill
 
     def on_select(select: tirx.Select):
-        nonlocal undecided
         if not _uses(select.condition, box):
             return select
-        decided = guard(select.condition, keep_then_first=not _is_constant(select.true_value))
-        if decided is None:
-            undecided = True
-            return select
-        keep, q = decided
-        conditions.append(q)
-        return select.true_value if keep else select.false_value
+        then_first = not _is_constant(select.true_value)
+        return pick(select, select.condition, select.true_value, select.false_value, then_first)
 
     fast = tvm_ffi.structural_map(
         body, [(tirx.IfThenElse, on_if), (tvm.ir.Call, on_call), (tirx.Select, on_select)]

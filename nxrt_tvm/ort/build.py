@@ -191,9 +191,9 @@ def _host_cpu() -> tuple[str, str]:
     cache shared between hosts, a copied file) treats the name as unknown instead of trusting it.
     """
     try:
-        import tvm
+        from ..lower.target import host_cpu
 
-        name = str(tvm.target.codegen.llvm_get_system_cpu())
+        name = host_cpu()
     except Exception:  # a TVM without LLVM: the plugin ranks variants by their features alone
         return "", ""
     fields: dict[str, str] = {}

@@ -178,11 +178,11 @@ def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int) -> None:
     )
 
 
-def _divides(tile: int, extent: tirx.Expr) -> bool:
-    """Whether `tile` provably divides a symbolic `extent`. Padding such an extent pads nothing: TVM's
-    pad_einsum then adds no copy, and the rule failed (a torch export's [batch x 16, 64] dense layer
-    fell to the generic rule's scalar reduction, 5x slower)."""
-    return bool(sym.Analyzer().can_prove(tirx.floormod(extent, tile) == 0))
+def _ragged(extent: tirx.Expr, tile: int) -> bool:
+    """Whether a loop `extent`, static or symbolic, is not provably whole tiles. A symbolic multiple of
+    the tile (batch x 16 rows) pads nothing: TVM's pad_einsum then adds no copy, and the rule failed (a
+    torch export's [batch x 16, 64] dense layer fell to the generic rule's scalar reduction, 5x slower)."""
+    return not sym.Analyzer().can_prove(tirx.floormod(extent, tile) == 0)
 
 
 def _pad_to_tiles(
@@ -255,10 +255,7 @@ def tile_contraction(
     j_extent = extent_of(sch, loops[shape.spatial - 1])
     tile_j, vec = pick_j_tile(j_extent, lanes, vectors_j)
     # A constant weight keeps its checked column tail: padded, it would be copied at every call.
-    j_loop_extent = sch.get(loops[shape.spatial - 1]).extent
-    pad_j = weight is None and (
-        j_extent % tile_j != 0 if j_extent is not None else not _divides(tile_j, j_loop_extent)
-    )
+    pad_j = weight is None and _ragged(sch.get(loops[shape.spatial - 1]).extent, tile_j)
     if weight is not None and int(weight.shape[-1].value) % tile_j:
         weight = None  # a column tile with a checked tail: the panels would not tile the weight
     if tile_j <= lanes:
@@ -269,9 +266,7 @@ def tile_contraction(
     if shape.i_axis is not None and tile_i > 1:
         i_extent = extent_of(sch, loops[shape.i_axis])
         whole = pick_i_tile(i_extent, tile_i)
-        if i_extent is None and _divides(whole, sch.get(loops[shape.i_axis]).extent):
-            pass  # a symbolic multiple of the tile (batch x 16 rows): whole tiles already
-        elif i_extent is None or (i_extent > 1 and i_extent % whole != 0):
+        if i_extent != 1 and _ragged(sch.get(loops[shape.i_axis]).extent, whole):
             padding[shape.i_axis] = whole
     padded = any(p > 1 for p in padding) and _pad_to_tiles(
         sch, block, padding, epilogue, shape.spatial - 1, lanes
