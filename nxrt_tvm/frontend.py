@@ -154,7 +154,7 @@ def _guard(bb: relax.BlockBuilder, indices: relax.Expr, extents: list, node: tup
         f"{GUARD_MARKER}: {op} node {name!r}: an index in {index_input!r} "
         f"is outside [-n, n) of the data dims n = {_shown(extents)}"
     )
-    gv = bb.add_func(_guard_func(dtype, message), "nxrt_index_guard")
+    gv = bb.add_func(_guard_func(dtype, message), _GUARD_NAME)
     checked = bb.normalize(relax.call_tir(gv, (flat, bounds), relax.TensorType(_dims(flat), dtype)))
     target = relax.ShapeExpr(shape) if shape is not None else relax.op.shape_of(indices)
     return bb.normalize(relax.op.reshape(checked, target))
@@ -167,6 +167,15 @@ def _needs_guard(indices: relax.Expr, extents: list) -> bool:
         return False
     constant = isinstance(indices, tvm.ir.GenericConst)
     return not constant or not all(isinstance(e, tirx.IntImm) for e in extents)
+
+
+def _non_negative_const(indices: tvm.ir.GenericConst, extent: tirx.PrimExpr) -> tvm.ir.GenericConst:
+    """Constant indices into a dim of static size, the negative ones counted from its end (ONNX's rule,
+    applied here so that `_drop_known_normalization` removes the converter's run-time version)."""
+    values = indices.value.numpy()
+    if not (values < 0).any() or not isinstance(extent, tirx.IntImm):
+        return indices
+    return relax.const(np.where(values < 0, values + extent.value, values).astype(values.dtype))
 
 
 def _node(op: str, attr: dict) -> tuple[str, str]:
@@ -359,6 +368,9 @@ def _guarded_along_axis(base: type, op: str) -> type:
                     raise ValueError(f"{_describe(op, attr)}: the index guard needs the rank of the data")
                 inputs = list(inputs)
                 inputs[1] = _guard(bb, indices, [dims[axis]], _node(op, attr))
+            elif isinstance(indices, tvm.ir.GenericConst) and dims:
+                inputs = list(inputs)
+                inputs[1] = _non_negative_const(indices, dims[axis])
             return impl.__func__(cls, bb, inputs, attr, params)
 
         return _impl
@@ -750,6 +762,63 @@ def _our_converters(model: onnx.ModelProto) -> Iterator[None]:
             _NODE_INPUTS.clear()
 
 
+@relax.expr_functor.mutator
+class _KnownNormalization(relax.PyExprMutator):
+    """TVM's converters count negative indices from the end at run time, ``where(i < 0, i + n, i)`` with
+    ``n`` read from the data's shape, even where ``i`` cannot be negative: a constant made non-negative
+    at import, or an index guard's output (which did it already). Each such ``where`` is ``i``, and the
+    shape reads that fed it go with it (a seq-first torch export's three Gathers of q, k and v cost
+    nine kernel calls for it)."""
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if call.op != _WHERE or len(call.args) != 3:
+            return call
+        cond, shifted, index = call.args
+        less, add = self._bound(cond), self._bound(shifted)
+        if (
+            isinstance(less, relax.Call)
+            and less.op == _LESS
+            and less.args[0].same_as(index)
+            and isinstance(add, relax.Call)
+            and add.op == _ADD
+            and add.args[0].same_as(index)
+            and self._non_negative(index)
+        ):
+            return index
+        return call
+
+    def _bound(self, expr: relax.Expr) -> relax.Expr | None:
+        return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
+
+    def _non_negative(self, index: relax.Expr) -> bool:
+        value = self._bound(index)
+        if isinstance(value, tvm.ir.GenericConst):
+            return bool((value.value.numpy() >= 0).all())
+        if isinstance(value, relax.Call) and value.op == _RESHAPE:  # the guard's output, reshaped back
+            value = self._bound(value.args[0])
+        return (
+            isinstance(value, relax.Call)
+            and value.op == _CALL_TIR
+            and isinstance(value.args[0], tvm.ir.GlobalVar)
+            and value.args[0].name_hint.startswith(_GUARD_NAME)
+        )
+
+
+_WHERE, _LESS, _ADD, _RESHAPE, _CALL_TIR = (
+    tvm.ir.Op.get(f"relax.{name}") for name in ("where", "less", "add", "reshape", "call_tir")
+)
+_GUARD_NAME = "nxrt_index_guard"
+
+
+def _drop_known_normalization(mod: tvm.IRModule) -> tvm.IRModule:
+    mutator = _KnownNormalization(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return relax.transform.DeadCodeElimination()(mutator.builder_.get())
+
+
 def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
     """Import a standalone partition model; weights become constants so the build can fold them."""
     opset = default_opset(model)
@@ -757,12 +826,13 @@ def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
     with _our_converters(model), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return from_onnx(model, opset=opset, keep_params_in_input=False)
+            mod = from_onnx(model, opset=opset, keep_params_in_input=False)
         except Exception as exc:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CompileFailed(
                 f"the Relax ONNX frontend rejected partition {model.graph.name!r}: {message}"
             ) from exc
+    return _drop_known_normalization(mod)
 
 
 @dataclass(frozen=True)

@@ -360,7 +360,7 @@ class InferenceSession:
         checked = self._validate(input_feed)
         if self._whole is not None:  # onnxruntime runs the user's model: nothing to hand between kernels
             return self._whole.run_host(wanted, checked)
-        env = {n: TensorView(v) if type(v) is np.ndarray else v for n, v in checked.items()}
+        env = {n: TensorView.host_array(v) if type(v) is np.ndarray else v for n, v in checked.items()}
         for kernel, release in zip(self._kernels, self._release_after):
             results = kernel.compute([env[name] for name in kernel.input_names])
             env.update(zip(kernel.output_names, results))
@@ -372,7 +372,8 @@ class InferenceSession:
         """Where a run's time goes, partition by partition in run order: each kernel timed on its own
         inputs (`repeat` calls after one untimed), with its functions' times where it reports them."""
         env = {
-            n: TensorView(v) if type(v) is np.ndarray else v for n, v in self._validate(input_feed).items()
+            n: TensorView.host_array(v) if type(v) is np.ndarray else v
+            for n, v in self._validate(input_feed).items()
         }
         times = []
         for partition, kernel in zip(self._live, self._kernels):

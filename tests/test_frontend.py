@@ -13,6 +13,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 from parity import assert_parity, ort_run
+from relax_calls import called
 
 import nxrt_tvm as nx
 from nxrt_tvm.api.device import DeviceId, DeviceType
@@ -114,6 +115,7 @@ _X = np.arange(12, dtype=np.float32).reshape(4, 3)
 _U = np.ones((1, 3), np.float32)
 
 #: op, node, extra inputs, indices shape, good indices, bad indices, the bad one reported
+_GUARD = "nxrt_index_guard"
 GUARDED = {
     "Gather": (
         h.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g"),
@@ -212,6 +214,34 @@ def test_run_time_indices_are_guarded(case):
     if reported is not None:
         value, where = reported
         assert f"index {value} at position {where}" in str(err.value)
+
+
+@pytest.mark.parametrize("case", sorted(GUARDED))
+def test_guarded_indices_are_not_normalised_twice(case):
+    """The guard makes indices non-negative: TVM's converters' own ``where(i < 0, i + n, i)`` (and the
+    shape reads that feed it) are gone from the import."""
+    calls = called(import_onnx(_guarded_kernel(case)[0]))
+    # one shape read left: the bounds the guard checks against
+    assert _GUARD in calls and "relax.where" not in calls and calls.count("relax.shape_to_tensor") == 1, calls
+
+
+@pytest.mark.parametrize("index", [2, -1, [[0, -4], [3, -2]]])
+def test_constant_indices_into_a_static_dim_are_normalised_at_import(index):
+    """A constant index into a dim of static size (torch's unbind of q, k and v) is counted from the end
+    at import: no run-time normalisation, no guard, and onnxruntime's result."""
+    model = _model(
+        [
+            h.make_node("Constant", [], ["i"], value=nh.from_array(np.array(index, np.int64))),
+            h.make_node("Gather", ["x", "i"], ["y"], axis=0),
+        ],
+        [h.make_tensor_value_info("x", T.FLOAT, [4, "b", 3])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+    )
+    calls = called(import_onnx(model))
+    assert calls == ["relax.take"], calls
+    x = np.random.default_rng(0).standard_normal((4, 5, 3)).astype(np.float32)
+    session = nx.InferenceSession(model, providers=[TVM])
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], ort_run(model, {"x": x})[0])
 
 
 def test_guard_failures_parse_back():

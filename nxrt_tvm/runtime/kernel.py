@@ -6,6 +6,7 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
@@ -22,17 +23,30 @@ from ..lower.target import tvm_device
 __all__ = ["TvmKernel"]
 
 
+#: Host feeds up to this size are copied into an aligned buffer without asking where they lie: reading a
+#: numpy array's address costs more than copying 64 KiB.
+_COPY_SMALL_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """An aligned host copy of one input, reused by later calls of the same shape and dtype."""
+
+    host: np.ndarray
+    tensor: tvm.runtime.Tensor
+    start: int  #: its address range, for `_unaliased`
+    end: int
+
+
 def _to_tvm(
-    view: TensorView,
-    device: DeviceId,
-    tvm_dev: tvm.runtime.Device,
-    staged: tuple[np.ndarray, tvm.runtime.Tensor] | None = None,
-) -> tuple[tvm.runtime.Tensor, tuple[np.ndarray, tvm.runtime.Tensor] | None]:
+    view: TensorView, device: DeviceId, tvm_dev: tvm.runtime.Device, staged: _Staged | None = None
+) -> tuple[tvm.runtime.Tensor, _Staged | None]:
     """The view as a TVM tensor, and the aligned host copy made for it (None where it is shared zero-copy).
 
-    Zero-copy where the memory is already what TVM code assumes (aligned, contiguous, writable). Otherwise
-    the data is copied into `staged` (a previous call's copy) where its shape and dtype fit: a fresh buffer
-    per call costs page faults on every run (numpy's arrays are 16-byte aligned, so most feeds are copied).
+    Zero-copy where the memory is already what TVM code assumes (aligned, contiguous, writable) and large.
+    Otherwise the data is copied into `staged` (a previous call's copy) where its shape and dtype fit: a
+    fresh buffer per call costs page faults on every run (numpy's arrays are 16-byte aligned, so most
+    feeds are copied).
     """
     owner = view.owner
     if isinstance(owner, tvm.runtime.Tensor):
@@ -44,25 +58,31 @@ def _to_tvm(
         return tvm.runtime.tensor(np.ascontiguousarray(array), tvm_dev), None
     if array.size == 0:  # nothing to share; DLPack producers disagree on empty tensors' pointers and strides
         return tvm.runtime.empty(array.shape, str(array.dtype), tvm_dev), None
-    if array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % ALIGNMENT == 0:
+    if (
+        array.nbytes > _COPY_SMALL_BYTES
+        and array.flags.c_contiguous
+        and array.flags.writeable
+        and array.ctypes.data % ALIGNMENT == 0
+    ):
         try:
             return tvm.runtime.from_dlpack(array), None
         except (RuntimeError, BufferError):  # a layout DLPack cannot express as TVM wants it: copy below
             pass
-    if staged is None or staged[0].shape != array.shape or staged[0].dtype != array.dtype:
+    if staged is None or staged.host.shape != array.shape or staged.host.dtype != array.dtype:
         host = aligned_empty(array.shape, array.dtype)
-        staged = host, tvm.runtime.from_dlpack(host)
-    staged[0][...] = array
-    return staged[1], staged
+        start = host.ctypes.data
+        staged = _Staged(host, tvm.runtime.from_dlpack(host), start, start + host.nbytes)
+    staged.host[...] = array
+    return staged.tensor, staged
 
 
-def _unaliased(value: object, staged: Sequence[np.ndarray]) -> object:
+def _unaliased(value: object, staged: Sequence[_Staged]) -> object:
     """A VM result that shares memory with a staged input (a view-like op returned it) copied out of it:
     the next call writes the staged buffer again. (Inputs are staged for CPU kernels only.)"""
     if not staged or not isinstance(value, tvm.runtime.Tensor):
         return value
     start = value.data_ptr()
-    if any(host.ctypes.data <= start < host.ctypes.data + host.nbytes for host in staged):
+    if any(s.start <= start < s.end for s in staged):
         return tvm.runtime.tensor(np.from_dlpack(value).copy(), value.device)
     return value
 
@@ -98,6 +118,7 @@ class TvmKernel(Kernel):
         self.weight_names = tuple(n for n, _ in weights)
         self._weights = [t for _, t in weights]
         self._output_dtypes = tuple(o.dtype for o in outputs)
+        self._result_dtypes: list[np.dtype | None] = [None] * len(outputs)  # see `_as_view`
         self._tvm_device = tvm_device(device)
         self._local = threading.local()
 
@@ -133,7 +154,7 @@ class TvmKernel(Kernel):
             tensor, staged = _to_tvm(view, self.device, self._tvm_device, staging[k])
             if staged is not None:
                 staging[k] = staged
-                used.append(staged[0])
+                used.append(staged)
             args.append(tensor)
         try:
             result = main(*args, *self._weights)
@@ -151,7 +172,27 @@ class TvmKernel(Kernel):
             raise KernelFailed(
                 f"kernel {self.name} returned {len(outputs)} outputs, expected {len(self.output_names)}"
             )
-        return [_as_view(_unaliased(value, used), want) for value, want in zip(outputs, self._output_dtypes)]
+        return [self._as_view(k, _unaliased(value, used)) for k, value in enumerate(outputs)]
+
+    def _as_view(self, slot: int, value: object) -> TensorView:
+        """Result `slot` as a view of ONNX's declared type.
+
+        Shape computations come back as `Shape` tuples or scalars rather than tensors, and the frontend
+        computes some int64 results in int32: ONNX's type wins in both cases. A result's dtype is the
+        compiled function's, the same at every call: read once (reading it costs half a microsecond).
+        """
+        want = self._output_dtypes[slot]
+        if not isinstance(value, tvm.runtime.Tensor):
+            return TensorView(
+                np.asarray(tuple(value) if not np.isscalar(value) else value, dtype=want or np.int64)
+            )
+        dtype = self._result_dtypes[slot]
+        if dtype is None:
+            dtype = self._result_dtypes[slot] = TensorView(value).dtype
+        view = TensorView.known(value, value.shape, dtype, self.device)
+        if want is None or dtype == want or self.device.type is not DeviceType.CPU:
+            return view
+        return TensorView(view.numpy().astype(want))
 
     def function_times(self, inputs: Sequence[TensorView], repeat: int) -> dict[str, tuple[float, int]]:
         """Per function the VM calls, the median seconds per call of this kernel and the calls per call:
@@ -199,20 +240,3 @@ class TvmKernel(Kernel):
             return ""
         where = tuple(int(i) for i in bad[0])
         return f" (index {int(values[where])} at position {where}, inclusive range [{-n}, {n - 1}])"
-
-
-def _as_view(value: object, want: np.dtype | None) -> TensorView:
-    """A VM result as a view of ONNX's declared type.
-
-    Shape computations come back as `Shape` tuples or scalars rather than
-    tensors, and the frontend computes some int64 results in int32: ONNX's
-    type wins in both cases.
-    """
-    if not isinstance(value, tvm.runtime.Tensor):
-        return TensorView(
-            np.asarray(tuple(value) if not np.isscalar(value) else value, dtype=want or np.int64)
-        )
-    view = TensorView(value)
-    if want is None or view.dtype == want or view.device.type is not DeviceType.CPU:
-        return view
-    return TensorView(view.numpy().astype(want))

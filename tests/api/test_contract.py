@@ -8,7 +8,7 @@ import tvm
 
 import nxrt_tvm as nx
 from nxrt_tvm.api.tensor import ALIGNMENT, aligned_empty
-from nxrt_tvm.runtime.kernel import _to_tvm
+from nxrt_tvm.runtime.kernel import _COPY_SMALL_BYTES, _to_tvm
 
 
 def test_tensor_view_over_numpy_and_tvm():
@@ -24,12 +24,16 @@ def test_tensor_view_over_numpy_and_tvm():
         nx.TensorView([1, 2, 3])
 
 
-def test_views_cross_into_tvm_without_copies_when_aligned():
+def test_views_cross_into_tvm_without_copies_when_aligned_and_large():
     cpu = nx.DeviceId(nx.DeviceType.CPU)
+    large = aligned_empty((4, 8192), np.float32)
+    assert large.ctypes.data % ALIGNMENT == 0 and large.nbytes > _COPY_SMALL_BYTES
+    shared, copy = _to_tvm(nx.TensorView(large), cpu, tvm.cpu())
+    assert np.shares_memory(np.from_dlpack(shared), large) and copy is None
+    # a small one is copied without asking where it lies (cheaper than reading its address)
     aligned = aligned_empty((4, 16), np.float32)
-    assert aligned.ctypes.data % ALIGNMENT == 0
-    shared, copy = _to_tvm(nx.TensorView(aligned), cpu, tvm.cpu())
-    assert np.shares_memory(np.from_dlpack(shared), aligned) and copy is None
+    small, copy = _to_tvm(nx.TensorView(aligned), cpu, tvm.cpu())
+    assert not np.shares_memory(np.from_dlpack(small), aligned) and copy is not None
     misaligned = np.frombuffer(bytes(4 * 65), dtype=np.float32)[1:]  # off by 4 bytes, read-only
     staged, copy = _to_tvm(nx.TensorView(misaligned), cpu, tvm.cpu())
     assert not np.shares_memory(np.from_dlpack(staged), misaligned)
@@ -39,10 +43,10 @@ def test_views_cross_into_tvm_without_copies_when_aligned():
     # a later call's copy of the same shape and dtype reuses the staged buffer; another shape gets a new one
     later = np.frombuffer(np.arange(65, dtype=np.float32).tobytes(), dtype=np.float32)[1:]
     reused, again = _to_tvm(nx.TensorView(later), cpu, tvm.cpu(), copy)
-    assert reused.data_ptr() == copy[0].ctypes.data and again is copy
+    assert reused.data_ptr() == copy.start and again is copy
     np.testing.assert_array_equal(np.from_dlpack(reused), later)
     other, fresh = _to_tvm(nx.TensorView(later[:8]), cpu, tvm.cpu(), copy)
-    assert other.data_ptr() != copy[0].ctypes.data and fresh[0].shape == (8,)
+    assert other.data_ptr() != copy.start and fresh.host.shape == (8,)
 
 
 def test_op_registry_picks_newest_version_not_above_opset():

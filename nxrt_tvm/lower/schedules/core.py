@@ -80,17 +80,32 @@ def contraction_shape(sch: s_tir.Schedule, blocks: list) -> ContractionShape | N
         used = collect_block_iter_vars_used_in_access_region(stmt, region.region)
         if any(v.same_as(j_var) for v in used):
             j_reads.append(used)
-    # The innermost such axis that is not of extent 1 (an Nx1 conv's width: no rows to tile).
-    i_axis = None
-    for k in range(spatial - 2, -1, -1):
-        var = stmt.iter_vars[k].var
-        if all(not any(v.same_as(var) for v in used) for used in j_reads):
-            extent = stmt.iter_vars[k].dom.extent
-            if isinstance(extent, tirx.IntImm) and extent.value == 1:
-                continue
-            i_axis = k
-            break
+    # The innermost such axis that is not of extent 1 (an Nx1 conv's width: no rows to tile), unless it
+    # is symbolic and ragged and an outer one is whole tiles: a seq-first torch export's [16, batch, 64]
+    # dense layer padded its batch of 1 to 8 rows (5x the work) where the 16 positions tile exactly.
+    rows = [
+        k
+        for k in range(spatial - 2, -1, -1)
+        if all(not any(v.same_as(stmt.iter_vars[k].var) for v in used) for used in j_reads)
+        and not _is_unit(stmt.iter_vars[k].dom.extent)
+    ]
+    i_axis = rows[0] if rows else None
+    if rows and not isinstance(stmt.iter_vars[rows[0]].dom.extent, tirx.IntImm):
+        i_axis = next((k for k in rows if _whole_rows(stmt.iter_vars[k].dom.extent)), rows[0])
     return ContractionShape(info.block_rv, index, spatial, len(kinds) - spatial, i_axis)
+
+
+def _is_unit(extent: tirx.Expr) -> bool:
+    return isinstance(extent, tirx.IntImm) and extent.value == 1
+
+
+def _whole_rows(extent: tirx.Expr) -> bool:
+    """Whether tiles of at least half `TILE_I` rows cover `extent` without padding (BERT's 2 heads do
+    not: padded sequence rows beat tiles of 2)."""
+    if isinstance(extent, tirx.IntImm):
+        rows = pick_i_tile(extent.value, TILE_I)
+        return rows >= TILE_I // 2 and extent.value % rows == 0
+    return not _ragged(extent, TILE_I)
 
 
 def pick_j_tile(extent: int | None, lanes: int, vectors: int) -> tuple[int, int]:
