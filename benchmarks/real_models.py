@@ -2,6 +2,7 @@
 
     python benchmarks/real_models.py [--dir DIR] [--only NAME,...] [--rounds 2] [--repeat 20]
         [--threads 2] [--json OUT] [--timeout-s 600] [--runtimes onnxruntime,nxrt-tvm,openvino]
+        [--seq 16,128]
 
 Reads ``DIR/manifest.json`` (make the corpus first: ``python benchmarks/corpus.py``). Every runtime
 runs in a worker process of its own (``real_models.py --worker RUNTIME MODEL ...``, one JSON line
@@ -25,6 +26,10 @@ largest relative difference over the outputs, ``max|a - b| / max(max|b|, 1e-6)``
 as ``b``. The last row is the geomean of the ratios. A worker that crashes or runs past
 ``--timeout-s`` is reported in its cell; the run goes on. OpenVINO is optional
 (``pip install -e '.[bench]'``): without it its columns are left out, said.
+
+``--seq 16,128`` times the models with a symbolic sequence dim (the transformer exports) at each
+length instead: one session of each runtime serves the length of its row, as a user's exported model
+serves whatever length comes.
 
 Time on a quiet machine only: a neighbour's load hurts onnxruntime's spinning threads far more
 than the others' (see shared/TVM_NOTES.md, "Peers on these machines").
@@ -391,6 +396,38 @@ def print_table(rows: list[dict], runtimes: list[str], notes: list[str]) -> None
         print(f"- {note}")
 
 
+def _seq_axes(model: Path) -> dict[str, list[int]]:
+    """Per input, the axes of its symbolic sequence dims (a dim name with "seq" in it)."""
+    import onnx
+
+    graph = onnx.load(model, load_external_data=False).graph
+    axes = {
+        i.name: [k for k, d in enumerate(i.type.tensor_type.shape.dim) if "seq" in d.dim_param.lower()]
+        for i in graph.input
+    }
+    return {name: found for name, found in axes.items() if found}
+
+
+def _at_lengths(name: str, model: Path, feeds: Path, lengths: list[int], tmp: Path) -> list[tuple]:
+    """(row name, model, feeds) per length for a model with a sequence dim (none for others): the
+    corpus feeds tiled or cut along it, attention masks all ones."""
+    axes = _seq_axes(model)
+    if not axes:
+        return []
+    stored = _load_feeds(feeds)
+    cases = []
+    for n in lengths:
+        resized = {}
+        for key, array in stored.items():
+            for axis in axes.get(key, []):
+                array = np.take(array, np.arange(n) % array.shape[axis], axis=axis)
+            resized[key] = np.ones_like(array) if "mask" in key else array
+        path = tmp / f"{name}.seq{n}.npz"
+        np.savez(path, **resized)
+        cases.append((f"{name}@seq{n}", model, path))
+    return cases
+
+
 def _order(runtimes: list[str], k: int) -> list[str]:
     return runtimes if k % 2 == 0 else runtimes[::-1]
 
@@ -407,6 +444,11 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, help="write the rows (and every worker's report) here")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per worker (session + runs)")
     parser.add_argument("--runtimes", default=",".join(RUNTIMES), help=f"subset of {','.join(RUNTIMES)}")
+    parser.add_argument(
+        "--seq",
+        help="comma-separated sequence lengths: run only the models with a symbolic sequence dim, once per "
+        "length (rows MODEL@seqN; feeds tiled or cut to it)",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("RUNTIME", "MODEL"), help=argparse.SUPPRESS)
     parser.add_argument("--feeds", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -439,12 +481,15 @@ def main(argv=None) -> int:
             notes.append(f"{rt} is not installed{extra}: its columns are left out")
     rows, raw = [], {}
     with tempfile.TemporaryDirectory(prefix="nxrt-real-models-") as tmp:
-        for e in entries:
-            model, feeds = directory / e["file"], directory / e["feeds"]
+        cases = [(e["name"], directory / e["file"], directory / e["feeds"]) for e in entries]
+        if args.seq:
+            lengths = [int(n) for n in args.seq.split(",") if n.strip()]
+            cases = [case for name, m, f in cases for case in _at_lengths(name, m, f, lengths, Path(tmp))]
+        for name, model, feeds in cases:
             runs: dict[str, list[dict]] = {rt: [] for rt in runtimes}
             for k in range(args.rounds):
                 for rt in _order(runtimes, k):
-                    out = Path(tmp) / f"{e['name']}.{rt}.{k}.npz"
+                    out = Path(tmp) / f"{name}.{rt}.{k}.npz"
                     result = _spawn(rt, model, feeds, out, args)
                     runs[rt].append(result)
                     state = (
@@ -452,11 +497,12 @@ def main(argv=None) -> int:
                         if result["ok"]
                         else " ".join(result["error"].split())[:200]
                     )
-                    print(f"{e['name']} round {k + 1} {rt}: {state}", file=sys.stderr, flush=True)
-            rows.append(summarise(e["name"], runs))
-            raw[e["name"]] = runs
+                    print(f"{name} round {k + 1} {rt}: {state}", file=sys.stderr, flush=True)
+            rows.append(summarise(name, runs))
+            raw[name] = runs
     print(
         f"threads: {args.threads}, rounds: {args.rounds}, repeat: {args.repeat}, "
+        f"{f'sequence lengths: {args.seq}, ' if args.seq else ''}"
         f"runtimes: {', '.join(runtimes)}; corpus {directory}"
     )
     print_table(rows, runtimes, notes)

@@ -107,3 +107,35 @@ def test_a_crashing_worker_is_reported_not_fatal(tmp_path):
     proc = _run(REAL_MODELS, "--dir", tmp_path, "--runtimes", "onnxruntime", "--rounds", 1, "--repeat", 1)
     assert proc.returncode == 0, proc.stderr
     assert "| broken | error |" in proc.stdout
+
+
+def test_seq_times_the_sequence_models_at_each_length(tmp_path):
+    pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    _tiny_model(tmp_path / "tiny.onnx")  # no sequence dim: left out
+    np.savez(tmp_path / "tiny.feeds.npz", x=np.ones((2, 4), np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "mask"], ["y"])],
+        "seq",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 2]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "seq", 1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "seq.onnx")
+    mask = np.array([1, 1, 0], np.float32).reshape(1, 3, 1)  # padded at the end, as the corpus feeds are
+    np.savez(tmp_path / "seq.feeds.npz", x=np.arange(6, dtype=np.float32).reshape(1, 3, 2), mask=mask)
+    entries = [{"name": n, "file": f"{n}.onnx", "feeds": f"{n}.feeds.npz"} for n in ("tiny", "seq")]
+    (tmp_path / "manifest.json").write_text(json.dumps({"models": entries}))
+    report = tmp_path / "report.json"
+    args = ["--dir", tmp_path, "--runtimes", "onnxruntime", "--rounds", 1, "--repeat", 2, "--json", report]
+    proc = _run(REAL_MODELS, *args, "--seq", "2,5")
+    assert proc.returncode == 0, proc.stderr
+    assert "| seq@seq2 |" in proc.stdout and "| seq@seq5 |" in proc.stdout and "| tiny |" not in proc.stdout
+    workers = json.loads(report.read_text())["workers"]
+    assert workers["seq@seq5"]["onnxruntime"][0]["output_shapes"] == [[1, 5, 2]]
