@@ -351,7 +351,7 @@ class InferenceSession:
     ) -> list[np.ndarray]:
         """Compute the requested outputs (all when `output_names` is None) as numpy arrays."""
         wanted = self._output_names if output_names is None else list(output_names)
-        bad = [n for n in wanted if n not in self._output_names]
+        bad = [n for n in wanted if n not in self._output_names] if output_names is not None else []
         if bad:
             raise InvalidFeed(
                 f"unknown output name(s) {bad}; the model's outputs "

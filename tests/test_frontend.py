@@ -263,6 +263,7 @@ def test_the_convert_map_is_tvms_with_our_overrides():
         "Range",
         *("Add", "Sub", "Mul", "Div", "Pow", "Where"),
         "BitShift",
+        "MatMulInteger",
         "Gather",
         "GatherElements",
         "GatherND",
@@ -549,3 +550,43 @@ def test_a_squeezed_symbolic_axis_is_checked_to_be_one_when_it_runs():
         ort_run(model, tall)
     with pytest.raises(nx.KernelFailed, match="nxrt-size-check: Squeeze node 'collapse'"):
         sess.run(None, tall)
+
+
+def _matmul_integer(depth: int, zero_points: bool) -> onnx.ModelProto:
+    rng = np.random.default_rng(depth)
+    weights = rng.integers(-128, 128, (depth, 24)).astype(np.int8)
+    weights[0, 0], weights[1, 1] = -128, 127  # the extremes, so the bound is what the types allow
+    inits = [nh.from_array(weights, "b")]
+    inputs = ["a", "b"]
+    if zero_points:
+        inits += [
+            nh.from_array(np.array(131, np.uint8), "a_zp"),
+            nh.from_array(np.array(-3, np.int8), "b_zp"),
+        ]
+        inputs += ["a_zp", "b_zp"]
+    return _model(
+        [h.make_node("MatMulInteger", inputs, ["y"])],
+        [h.make_tensor_value_info("a", T.UINT8, ["rows", depth])],
+        [h.make_tensor_value_info("y", T.INT32, None)],
+        inits,
+    )
+
+
+@pytest.mark.parametrize(
+    ("depth", "zero_points", "in_float"), [(64, True, True), (512, False, True), (2048, True, False)]
+)
+def test_matmul_integer_runs_in_float32_where_every_sum_is_exact(depth, zero_points, in_float):
+    """uint8 x int8 products summed over `depth`: in float32 where no partial sum can reach 2^24 (64 and
+    512 terms; 512 x 255 x 128 is just under), in int32 past it (2048). Exactly onnxruntime's integers
+    either way, at the extremes of the types."""
+    model = _matmul_integer(depth, zero_points)
+    matmuls = [c for c in called(import_onnx(model)) if c == "relax.matmul"]
+    assert len(matmuls) == 1
+    mod = import_onnx(model)
+    text = mod.script()
+    assert ('out_dtype="float32"' in text) == in_float, text
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 256, (5, depth)).astype(np.uint8)
+    a[0] = 255  # a row of the largest values against the weights' extremes
+    session = nx.InferenceSession(model, providers=[TVM])
+    np.testing.assert_array_equal(session.run(None, {"a": a})[0], ort_run(model, {"a": a})[0])
