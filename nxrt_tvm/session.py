@@ -7,13 +7,14 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from .api.claim import Cost, SubgraphClaim
+from .api.claim import Cost, Decline, Rejected, SubgraphClaim
 from .api.device import EpId
 from .api.errors import (
     InputShapeMismatch,
@@ -38,6 +39,7 @@ from .partition.grouping import group_nodes
 from .partition.plan import PartitionPlan, make_plan
 from .providers import EP_REGISTRY, FALLBACK_EP
 from .providers.cpu import CPUExecutionProvider, OrtKernel
+from .runtime.measure import representative_inputs
 from .session_options import SessionConfig
 from .timing import PhaseTimes, median_seconds, phase, record_phases
 
@@ -181,6 +183,9 @@ class InferenceSession:
         self._input_dtypes = {i.name: i.dtype for i in self._graph.inputs}  # dtype is computed per call
         self._output_names = [o.name for o in self._graph.outputs]
         self._release_after = self._lifetimes()
+        if _split_by_measurement(self._live) and not contexts.loaded:
+            with phase("split check"):
+                self._check_split(by_id, ep_config, source)
         self.refused_contexts = list(contexts.refused)
         if self.config.context_enable:
             with phase("EPContext save"):
@@ -218,6 +223,62 @@ class InferenceSession:
         except Exception as exc:  # onnxruntime's errors have no common base
             log.info("onnxruntime refuses the model as given (%s); running the normalised copy", exc)
             return None
+
+    def _check_split(
+        self, by_id: dict[EpId, ExecutionProvider], config: EpConfig, source: bytes | str
+    ) -> None:
+        """Keep a plan that splits the model between partitions kept by measurement and the fallback only
+        where it runs faster than the fallback on the whole model; else run the whole model there.
+
+        Each partition was measured alone, against onnxruntime running the same nodes alone; neither
+        sees what the split costs the fallback's partitions around it, the fusions onnxruntime makes
+        across the cut (Magika: three TVM partitions, each faster alone, split its layer norms, and the
+        model ran 1.15x slower than onnxruntime on the whole of it)."""
+        fallback = by_id.get(FALLBACK_EP)
+        if fallback is None:
+            return
+        fallback.initialize(replace(config, shares_cores=False))  # as the whole model would run
+        try:
+            whole = self._whole_model_kernel(fallback, source)
+        finally:
+            fallback.initialize(config)
+        if whole is None:
+            return
+        for feeds in representative_inputs(self._graph, list(self._inputs)):
+            try:
+                whole.run_host(self._output_names, feeds)
+            except Exception:  # onnxruntime refuses these sizes (no common base): try the next
+                continue
+            split_s = median_seconds(partial(self.run, None, feeds), 50, warmup=2, budget_s=SPLIT_CHECK_S)
+            run_whole = partial(whole.run_host, self._output_names, feeds)
+            whole_s = median_seconds(run_whole, 50, warmup=2, budget_s=SPLIT_CHECK_S)
+            if split_s * (1 + SPLIT_MARGIN) > whole_s:
+                self._run_whole(whole, split_s, whole_s)
+            return
+
+    def _run_whole(self, whole: OrtKernel, split_s: float, whole_s: float) -> None:
+        """Replace the plan by the fallback on the whole model, each dropped partition declined."""
+        graph = self._graph
+        declines = tuple(
+            Decline(
+                graph.nodes[p.nodes[0]].name,
+                graph.nodes[p.nodes[0]].op_type,
+                graph.nodes[p.nodes[0]].domain,
+                graph.opset_of(p.nodes[0]),
+                p.ep,
+                Rejected.PARTITION,
+                f"its partition ({len(p.nodes)} nodes) was kept on its own ({p.cost}), but the model split "
+                f"around it ran {split_s * 1e6:.1f} us against {whole_s * 1e6:.1f} us on {FALLBACK_EP} whole",
+                f"splits of the model that run at least {SPLIT_MARGIN:.0%} faster than {FALLBACK_EP} whole",
+                "use claim_policy='all' to keep the split anyway",
+            )
+            for p in self._live
+            if p.ep != FALLBACK_EP
+        )
+        everything = make_claims(graph, FALLBACK_EP, [list(range(len(graph.nodes)))], "cpu")
+        self.plan = PartitionPlan(everything, self.plan.declines + declines, self.plan.node_count)
+        self._live, self._kernels, self._whole = list(everything), [whole], whole
+        self._release_after = self._lifetimes()
 
     def _context_partitions(
         self, contexts: ResolvedContexts
@@ -395,6 +456,20 @@ class InferenceSession:
         if value is None:
             raise AssertionError(f"output {name!r} was not computed")
         return value
+
+
+#: how much faster than the fallback on the whole model a split plan must run to be kept, and how long
+#: each side is timed (once, when the session is made)
+SPLIT_MARGIN = 0.05
+SPLIT_CHECK_S = 0.25
+
+
+def _split_by_measurement(live: Sequence[SubgraphClaim]) -> bool:
+    """Whether the plan splits the model between the fallback and partitions an EP kept because they
+    measured faster (claim_policy 'auto' or 'cost'; 'all' keeps its split as asked)."""
+    return any(p.ep == FALLBACK_EP for p in live) and any(
+        p.ep != FALLBACK_EP and p.cost.source.startswith("measured") for p in live
+    )
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:

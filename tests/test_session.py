@@ -238,3 +238,37 @@ def test_introspection_names_each_partitions_kernel_and_the_providers():
     assert sess.provider("TvmExecutionProvider").ep_id == "TvmExecutionProvider"
     with pytest.raises(KeyError, match="no NoSuchExecutionProvider"):
         sess.provider("NoSuchExecutionProvider")
+
+
+def test_a_split_slower_than_the_fallback_whole_runs_the_whole_model():
+    """`_check_split`'s verdict against a split plan: the fallback runs the user's whole model, the plan
+    says so (one partition, each dropped one declined with both timings), results equal onnxruntime's."""
+    model = model_zoo.cycle_trap()
+    sess = nx.InferenceSession(model)
+    assert _eps(sess) == [TVM, CPU, TVM]
+    whole = sess._whole_model_kernel(sess.provider(CPU), model.SerializeToString())
+    sess._run_whole(whole, 2e-3, 1e-3)
+    assert _eps(sess) == [CPU] and len(sess.plan.partitions[0].nodes) == len(model.graph.node)
+    dropped = [d for d in sess.plan.declines if "split around it" in d.detail]
+    assert len(dropped) == 2 and all(
+        d.ep == TVM and "2000.0 us against 1000.0 us" in d.detail for d in dropped
+    )
+    assert [type(k).__name__ for k in sess.kernels().values()] == ["OrtKernel"]
+    feeds = model_zoo.make_inputs("cycle_trap")
+    for got, want in zip(sess.run(None, feeds), ort_run(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_only_splits_kept_by_measurement_are_checked():
+    """claim_policy 'all' keeps its split as asked; 'auto' and 'cost' splits (kept because a partition
+    measured faster alone) are checked against the fallback on the whole model."""
+    from nxrt_tvm.session import _split_by_measurement
+
+    def claim(ep, source):
+        return nx.SubgraphClaim(ep, f"{ep}_{source}", (0,), (), ("y",), nx.Cost(1.0, source))
+
+    measured = claim(TVM, "measured at seq=32; onnxruntime alone 9.0 us")
+    asked = claim(TVM, "unmeasured")
+    assert _split_by_measurement([measured, claim(CPU, "unestimated")])
+    assert not _split_by_measurement([asked, claim(CPU, "unestimated")])
+    assert not _split_by_measurement([measured])  # the whole model on TVM: nothing split

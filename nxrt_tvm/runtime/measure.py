@@ -51,6 +51,7 @@ __all__ = [
     "REPRESENTATIVE_SIZES",
     "measure_partition",
     "ort_run_floor_us",
+    "representative_inputs",
 ]
 
 #: sizes symbolic dims are measured at: a dim whose name says batch, and every other one
@@ -122,6 +123,14 @@ def _inputs(graph: GraphView, names: Sequence[str], other: int) -> tuple[list[np
             array[...] = 0
         arrays.append(array)
     return arrays, ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def representative_inputs(graph: GraphView, names: Sequence[str]) -> list[dict[str, np.ndarray]]:
+    """Random inputs `names` at each representative size of the non-batch symbolic dims (one set for
+    static shapes), for a caller that takes the first its reference accepts."""
+    made = [_inputs(graph, names, other) for other in REPRESENTATIVE_SIZES["other"]]
+    unique = {sizes: arrays for arrays, sizes in (m for m in made if m is not None)}
+    return [dict(zip(names, arrays)) for arrays in unique.values()]
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
