@@ -473,7 +473,7 @@ def _split_by_measurement(live: Sequence[SubgraphClaim]) -> bool:
     """Whether the plan splits the model between the fallback and partitions an EP kept because they
     measured faster (claim_policy 'auto' or 'cost'; 'all' keeps its split as asked)."""
     return any(p.ep == FALLBACK_EP for p in live) and any(
-        p.ep != FALLBACK_EP and p.cost.source.startswith("measured") for p in live
+        p.ep != FALLBACK_EP and p.cost.latency_us is not None for p in live
     )
 
 

@@ -264,11 +264,14 @@ def test_only_splits_kept_by_measurement_are_checked():
     measured faster alone) are checked against the fallback on the whole model."""
     from nxrt_tvm.session import _split_by_measurement
 
-    def claim(ep, source):
-        return nx.SubgraphClaim(ep, f"{ep}_{source}", (0,), (), ("y",), nx.Cost(1.0, source))
+    def claim(ep, cost):
+        return nx.SubgraphClaim(ep, f"{ep}_{cost.source}", (0,), (), ("y",), cost)
 
-    measured = claim(TVM, "measured at seq=32; onnxruntime alone 9.0 us")
-    asked = claim(TVM, "unmeasured")
-    assert _split_by_measurement([measured, claim(CPU, "unestimated")])
-    assert not _split_by_measurement([asked, claim(CPU, "unestimated")])
+    measured = claim(TVM, nx.Cost(1.0, "measured at seq=32; onnxruntime alone 9.0 us"))
+    asked = claim(TVM, nx.Cost())  # claim_policy 'all': no estimate
+    unmeasured = claim(TVM, nx.Cost(None, "unmeasured (onnxruntime cannot run it alone); kept"))
+    fallback = claim(CPU, nx.Cost())
+    assert _split_by_measurement([measured, fallback])
+    assert not _split_by_measurement([asked, fallback])
+    assert not _split_by_measurement([unmeasured, fallback])
     assert not _split_by_measurement([measured])  # the whole model on TVM: nothing split

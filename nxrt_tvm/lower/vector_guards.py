@@ -164,16 +164,21 @@ def _decide(body: tirx.Stmt, box: _Box) -> tuple[tirx.Stmt, list] | None:
     return fast, conditions
 
 
+def _nodes(stmt: tirx.Stmt, types) -> list:
+    """Every node of `types` (a type or a tuple of them) in `stmt`, innermost first."""
+    found: list = []
+
+    def note(node):
+        found.append(node)
+        return node
+
+    tvm_ffi.structural_map(stmt, (types, note))
+    return found
+
+
 def _box_of(loop: tirx.For) -> _Box:
     """The loop's var and those of the loops inside it, each with its first and last value."""
-    box: _Box = []
-
-    def note(inner: tirx.For) -> tirx.For:
-        box.append((inner.loop_var, inner.min, inner.min + inner.extent - 1))
-        return inner
-
-    tvm_ffi.structural_map(loop, (tirx.For, note))
-    return box
+    return [(inner.loop_var, inner.min, inner.min + inner.extent - 1) for inner in _nodes(loop, tirx.For)]
 
 
 def _version(loop: tirx.For) -> tirx.Stmt:
@@ -196,12 +201,9 @@ def _tile_loops(func: tirx.PrimFunc) -> list[tirx.For]:
         elif hasattr(stmt, "body") and not isinstance(stmt, tirx.IfThenElse):
             under(stmt.body)
 
-    def visit(loop: tirx.For) -> tirx.For:
+    for loop in _nodes(func.body, tirx.For):
         if loop.kind == tirx.ForKind.PARALLEL:
             under(loop.body)
-        return loop
-
-    tvm_ffi.structural_map(func.body, (tirx.For, visit))
     return found
 
 
@@ -212,7 +214,7 @@ def _versioned(loop: tirx.For) -> tirx.Stmt:
     tile, duplicated with its vars, failed TVM's bound analysis); a loop that defines anything else
     (a buffer, a let) is left as it is.
     """
-    if _defines_more_than_loops(loop.body):
+    if _nodes(loop.body, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.LetStmt, tirx.Let)):
         return loop
     box = _box_of(loop)
     decided = _decide(loop.body, box)
@@ -227,17 +229,6 @@ def _versioned(loop: tirx.For) -> tirx.Stmt:
     if isinstance(test, tirx.IntImm):  # decided at compile time
         return _with_body(loop, fast_body) if test.value else loop
     return tirx.IfThenElse(test, _renamed(_with_body(loop, fast_body), box), loop)
-
-
-def _defines_more_than_loops(stmt: tirx.Stmt) -> bool:
-    found = []
-
-    def note(node):
-        found.append(node)
-        return node
-
-    tvm_ffi.structural_map(stmt, ((tirx.AllocBuffer, tirx.DeclBuffer, tirx.LetStmt, tirx.Let), note))
-    return bool(found)
 
 
 def _renamed(loop: tirx.For, box: _Box) -> tirx.Stmt:
