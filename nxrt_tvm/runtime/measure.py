@@ -97,8 +97,8 @@ def _size(dim: str | None, other: int, leading: bool) -> int:
 
 
 def _inputs(graph: GraphView, names: Sequence[str], other: int) -> tuple[list[np.ndarray], str] | None:
-    """Random inputs (zeros for integers: valid indices and masks), non-batch symbolic dims at `other`,
-    and the sizes symbolic dims got; None where a rank or type is unknown."""
+    """Random inputs (integers: masks all ones, the rest zeros: valid indices), non-batch symbolic dims
+    at `other`, and the sizes symbolic dims got; None where a rank or type is unknown."""
     rng = np.random.default_rng(0)
     arrays = []
     sizes: dict[str, int] = {}
@@ -119,8 +119,9 @@ def _inputs(graph: GraphView, names: Sequence[str], other: int) -> tuple[list[np
         array = aligned_empty(tuple(shape), info.dtype)
         if info.dtype.kind == "f":
             array[...] = rng.standard_normal(shape)
-        else:
-            array[...] = 0
+        else:  # a mask unmasked, as a user's feeds are (all masked, GPT-2's softmax rows are all -inf and
+            # onnxruntime ran 17% faster than on real feeds); other integers 0, a valid index
+            array[...] = 1 if "mask" in name.lower() else 0
         arrays.append(array)
     return arrays, ", ".join(f"{k}={v}" for k, v in sizes.items())
 

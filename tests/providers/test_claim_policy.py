@@ -128,6 +128,29 @@ def test_a_named_dim_has_one_size_in_every_input():
     assert a.shape == (1, 32) and b.shape == (32, 1) and sizes == "batch=1, seq=32"
 
 
+def test_masks_are_measured_unmasked():
+    """A mask is fed as a user feeds it, all ones: all zeros, GPT-2's attention rows were all -inf and
+    onnxruntime ran 17% faster than on real feeds, so `auto` gave it a partition TVM ran 15% faster.
+    Other integers stay 0, an index valid in any table."""
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Add", ["input_ids", "attention_mask"], ["y"])],
+            "g",
+            [
+                helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+                helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.INT64, ["batch", "seq"])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    made = _inputs(load_model(model), ["input_ids", "attention_mask"], 32)
+    assert made is not None
+    (ids, mask), _ = made
+    assert ids.shape == mask.shape == (1, 32)
+    assert (ids == 0).all() and (mask == 1).all()
+
+
 def test_inputs_onnxruntime_refuses_leave_the_partition_unmeasured_and_kept(default_policy):
     # x [n, k] @ w [16, 8]: at the representative k=32 onnxruntime refuses the matmul, so nothing is timed
     weight = numpy_helper.from_array(np.ones((16, 8), np.float32), "w")
