@@ -40,6 +40,7 @@ from .partition.grouping import group_nodes
 from .partition.plan import PartitionPlan, make_plan
 from .providers import EP_REGISTRY, FALLBACK_EP
 from .providers.cpu import CPUExecutionProvider, OrtKernel
+from .runtime.kernel import POOL_THREADS, use_threads
 from .runtime.measure import representative_inputs
 from .session_options import SessionConfig
 from .timing import PhaseTimes, median_seconds, phase, record_phases
@@ -133,6 +134,14 @@ class InferenceSession:
         provider_options: Sequence[dict] | None,
     ) -> None:
         self.config = SessionConfig.parse(sess_options)
+        if self.config.intra_op_num_threads > POOL_THREADS:
+            log.warning(
+                "intra_op_num_threads=%d, but TVM's pool has %d threads (TVM_NUM_THREADS, read when nxrt_tvm "
+                "is imported): TVM kernels run on %d",
+                self.config.intra_op_num_threads,
+                POOL_THREADS,
+                POOL_THREADS,
+            )
         with phase("read"):
             path = Path(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
             data = _read_file(path) if path is not None and path.is_file() else None
@@ -148,7 +157,10 @@ class InferenceSession:
                 source = model.SerializeToString()
                 model = onnx.ModelProto.FromString(source)  # never edit the caller's proto
             override_free_dims(model, dict(self.config.free_dimension_overrides))
-        ep_config = EpConfig(compile_disabled=self.config.disable_model_compile)
+        ep_config = EpConfig(
+            compile_disabled=self.config.disable_model_compile,
+            intra_op_num_threads=self.config.intra_op_num_threads,
+        )
         with phase("providers"):  # the TVM EP's tuning records are read here
             self._providers = _make_providers(providers, provider_options)
             for ep in self._providers:
@@ -427,6 +439,7 @@ class InferenceSession:
         if self._whole is not None:  # onnxruntime runs the user's model: nothing to hand between kernels
             return self._whole.run_host(wanted, checked)
         env = {n: TensorView.host_array(v) if type(v) is np.ndarray else v for n, v in checked.items()}
+        use_threads(self.config.intra_op_num_threads)
         for kernel, release in zip(self._kernels, self._release_after):
             results = kernel.compute([env[name] for name in kernel.input_names])
             env.update(zip(kernel.output_names, results))
@@ -441,6 +454,7 @@ class InferenceSession:
             n: TensorView.host_array(v) if type(v) is np.ndarray else v
             for n, v in self._validate(input_feed).items()
         }
+        use_threads(self.config.intra_op_num_threads)
         times = []
         for partition, kernel in zip(self._live, self._kernels):
             inputs = [env[name] for name in kernel.input_names]

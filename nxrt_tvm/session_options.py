@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .api.errors import InvalidProviderOptions
 from .options import as_bool
 
@@ -34,11 +36,35 @@ _ON_MISMATCH = ("error", "recompile", "fallback")
 
 
 class SessionOptions:
-    """Like `onnxruntime.SessionOptions` for what nxrt-tvm reads: config entries by string key."""
+    """Like `onnxruntime.SessionOptions` for what nxrt-tvm reads: `intra_op_num_threads`, free dimension
+    overrides and config entries by string key. Setting any other attribute raises: an onnxruntime option
+    nxrt-tvm does not read would otherwise be silently ignored."""
+
+    __slots__ = ("_entries", "_free_dims", "_threads")
 
     def __init__(self) -> None:
         self._entries: dict[str, str] = {}
         self._free_dims: dict[str, int] = {}
+        self._threads = 0
+
+    @property
+    def intra_op_num_threads(self) -> int:
+        """Threads of the session's kernels, TVM's and the fallback's (0: every core this process may
+        use). TVM's pool cannot grow past `TVM_NUM_THREADS`, read when nxrt_tvm is imported."""
+        return self._threads
+
+    @intra_op_num_threads.setter
+    def intra_op_num_threads(self, value: int) -> None:
+        self._threads = _threads(value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in SessionOptions.__slots__ and name != "intra_op_num_threads":
+            raise AttributeError(
+                f"nxrt_tvm.SessionOptions has no option {name!r}; it reads intra_op_num_threads, "
+                "add_free_dimension_override_by_name and add_session_config_entry "
+                f"(keys: {sorted(CONFIG_KEYS)})"
+            )
+        object.__setattr__(self, name, value)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
         """Fix a symbolic input dim (e.g. ``batch``) to a size,
@@ -64,6 +90,12 @@ class SessionOptions:
         return dict(self._entries)
 
 
+def _threads(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidProviderOptions(f"intra_op_num_threads must be an int >= 0 (0: all cores): {value!r}")
+    return int(value)
+
+
 def _flag(entries: Mapping[str, str], key: str) -> bool:
     return as_bool(key, entries.get(key, "0"), "session config")
 
@@ -80,15 +112,18 @@ class SessionConfig:
     trusted_keys: tuple[str, ...] = ()
     require_signature: bool = False
     free_dimension_overrides: tuple[tuple[str, int], ...] = ()
+    intra_op_num_threads: int = 0  #: 0: every core this process may use
 
     @classmethod
     def parse(cls, options: Any) -> "SessionConfig":
         if options is None:
             return cls()
         free_dims: dict[str, int] = {}
+        threads = 0
         if isinstance(options, SessionOptions):
             entries = options.entries()
             free_dims = options.free_dimension_overrides()
+            threads = options.intra_op_num_threads
         elif isinstance(options, Mapping):
             entries = {str(k): str(v) for k, v in options.items()}
             unknown = sorted(set(entries) - set(CONFIG_KEYS))
@@ -97,6 +132,7 @@ class SessionConfig:
                     f"unknown session config key(s) {unknown}; known keys: {sorted(CONFIG_KEYS)}"
                 )
         elif hasattr(options, "get_session_config_entry"):  # an onnxruntime.SessionOptions
+            threads = _threads(getattr(options, "intra_op_num_threads", 0))
             entries = {}
             for key in CONFIG_KEYS:
                 try:
@@ -125,4 +161,5 @@ class SessionConfig:
             trusted_keys=tuple(p for p in trusted_keys if p),
             require_signature=_flag(entries, "nxrt.require_signature"),
             free_dimension_overrides=tuple(sorted(free_dims.items())),
+            intra_op_num_threads=threads,
         )

@@ -8,6 +8,7 @@ import pytest
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
+from nxrt_tvm.runtime.kernel import POOL_THREADS
 
 TVM = nx.EpId("TvmExecutionProvider")
 CPU = nx.EpId("CPUExecutionProvider")
@@ -275,3 +276,41 @@ def test_only_splits_kept_by_measurement_are_checked():
     assert not _split_by_measurement([asked, fallback])
     assert not _split_by_measurement([unmeasured, fallback])
     assert not _split_by_measurement([measured])  # the whole model on TVM: nothing split
+
+
+def test_intra_op_num_threads_runs_both_engines_on_that_many_threads():
+    """SessionOptions.intra_op_num_threads reaches TVM's pool (per calling thread, resized back for a
+    session that wants another size) and the fallback's sessions; it was stored and ignored."""
+    import onnxruntime as ort
+    import tvm
+
+    pool_threads = tvm.get_global_func("runtime.NumThreads")
+    model = model_zoo.split_model()  # TVM partitions around a node the fallback runs
+    feeds = model_zoo.make_inputs("split_model")
+    options = nx.SessionOptions()
+    options.intra_op_num_threads = 1
+    one = nx.InferenceSession(model, options, provider_options=[{"claim_policy": "all"}, {}])
+    default = nx.InferenceSession(model, provider_options=[{"claim_policy": "all"}, {}])
+    assert {"TvmExecutionProvider", "CPUExecutionProvider"} <= set(_eps(one))
+    fallback = [k for k in one.kernels().values() if type(k).__name__ == "OrtKernel"]
+    assert fallback and all(k._session.get_session_options().intra_op_num_threads == 1 for k in fallback)
+    want = ort_run(model, feeds)
+    assert_parity(one.run(None, feeds), want, rtol=1e-4, atol=1e-5)
+    assert pool_threads() == 1
+    assert_parity(default.run(None, feeds), want, rtol=1e-4, atol=1e-5)
+    assert pool_threads() == POOL_THREADS
+    # an onnxruntime SessionOptions is read the same way
+    theirs = ort.SessionOptions()
+    theirs.intra_op_num_threads = 1
+    nx.InferenceSession(model, theirs, provider_options=[{"claim_policy": "all"}, {}]).run(None, feeds)
+    assert pool_threads() == 1
+
+
+def test_session_options_refuse_what_nxrt_does_not_read():
+    options = nx.SessionOptions()
+    with pytest.raises(AttributeError, match="no option 'graph_optimization_level'.*intra_op_num_threads"):
+        options.graph_optimization_level = 99
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(nx.InvalidProviderOptions, match="intra_op_num_threads must be an int >= 0"):
+            options.intra_op_num_threads = bad
+    assert options.intra_op_num_threads == 0

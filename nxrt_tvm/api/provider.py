@@ -46,6 +46,8 @@ class EpConfig:
     shares_cores: bool = True
     #: progress bars for long compiles: None shows them on a terminal only
     show_progress: bool | None = None
+    #: SessionOptions.intra_op_num_threads: threads per kernel (0: every core the process may use)
+    intra_op_num_threads: int = 0
 
 
 class ExecutionProvider(abc.ABC):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -20,7 +21,23 @@ from ..frontend import GuardFailure, parse_guard_failure
 from ..graph.model import ValueInfo
 from ..lower.target import tvm_device
 
-__all__ = ["TvmKernel"]
+__all__ = ["TvmKernel", "POOL_THREADS", "use_threads"]
+
+#: TVM's pool size: `TVM_NUM_THREADS` as the pool read it at its start (nxrt_tvm sets it on import)
+POOL_THREADS = max(1, int(os.environ.get("TVM_NUM_THREADS") or len(os.sched_getaffinity(0))))
+_config_pool = tvm.get_global_func("runtime.config_threadpool")
+_pool = threading.local()  # the thread count this thread's TVM pool was last given
+_BIG_CORES = 1  # TVM's affinity mode kBig, the mode the pool starts in
+
+
+def use_threads(threads: int) -> None:
+    """Run this thread's TVM kernels on `threads` threads (0 or more than the pool: the whole pool).
+    TVM's pool belongs to the calling thread and keeps a size until told another, so it is only
+    resized where the last session run in this thread wanted another (a resize costs ~1 us)."""
+    want = min(threads, POOL_THREADS) if threads > 0 else POOL_THREADS
+    if getattr(_pool, "threads", POOL_THREADS) != want:
+        _config_pool(_BIG_CORES, want)
+        _pool.threads = want
 
 
 #: Host feeds up to this size are copied into an aligned buffer without asking where they lie: reading a

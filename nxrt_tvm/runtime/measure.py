@@ -43,7 +43,7 @@ from ..api.tensor import TensorView, aligned_empty
 from ..graph.extract import extract_model
 from ..graph.model import GraphView
 from ..timing import median_seconds
-from .kernel import TvmKernel
+from .kernel import TvmKernel, use_threads
 from .ort_session import ort_session
 
 __all__ = [
@@ -134,8 +134,8 @@ def representative_inputs(graph: GraphView, names: Sequence[str]) -> list[dict[s
     return [dict(zip(names, arrays)) for arrays in unique.values()]
 
 
-def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    return ort_session(model.SerializeToString())
+def _session(model: onnx.ModelProto, threads: int = 0) -> ort.InferenceSession:
+    return ort_session(model.SerializeToString(), threads)
 
 
 @lru_cache(maxsize=1)
@@ -153,12 +153,13 @@ def ort_run_floor_us() -> float:
 
 
 def measure_partition(
-    graph: GraphView, nodes: Sequence[int], name: str, module: object, budget_s: float
+    graph: GraphView, nodes: Sequence[int], name: str, module: object, budget_s: float, threads: int = 0
 ) -> PartitionTiming | None:
     """The partition timed on random inputs; None where it cannot be (an unknown rank or type, or a
     partition onnxruntime cannot run alone at representative sizes). With symbolic dims, the timing at
     the representative size or at `REPRESENTATIVE_SIZES["large"]`, whichever TVM is slower at against
-    onnxruntime (a text detector's symbolic convs beat onnxruntime on 32 x 32 maps and lost on 480 x 480)."""
+    onnxruntime (a text detector's symbolic convs beat onnxruntime on 32 x 32 maps and lost on 480 x 480).
+    Both run on `threads` threads (0: all), the session's `intra_op_num_threads`."""
     inputs, outputs = graph.boundary(nodes)
     alone = extract_model(graph, nodes, inputs, outputs, name, internal_shapes=False)  # as the fallback runs
     for other in REPRESENTATIVE_SIZES["other"]:
@@ -171,7 +172,7 @@ def measure_partition(
         large = _inputs(graph, inputs, REPRESENTATIVE_SIZES["large"]) if sizes else None
         twice = large is not None and large[1] != sizes and REPRESENTATIVE_SIZES["large"] > other
         share = budget_s / (4 if twice else 2)
-        ort_s = _ort_seconds(alone, dict(zip(inputs, arrays)), share)
+        ort_s = _ort_seconds(alone, dict(zip(inputs, arrays)), share, threads)
         if ort_s is not None:
             break
         if not sizes:
@@ -189,11 +190,12 @@ def measure_partition(
 
     def timed(arrays: list[np.ndarray], ort_s: float, sizes: str) -> PartitionTiming:
         views = [TensorView(a) for a in arrays]
+        use_threads(threads)
         tvm_s = median_seconds(lambda: kernel.compute(views), 100, warmup=3, budget_s=share)
         return PartitionTiming(1e6 * tvm_s, max(1e6 * ort_s - floor_us, 0.0), floor_us, sizes)
 
     timing = timed(arrays, ort_s, sizes)
-    ort_large = _ort_seconds(alone, dict(zip(inputs, large[0])), share) if twice else None
+    ort_large = _ort_seconds(alone, dict(zip(inputs, large[0])), share, threads) if twice else None
     if ort_large is not None:
         at_large = timed(large[0], ort_large, large[1])
         if at_large.tvm_us * max(timing.ort_us, 1e-3) > timing.tvm_us * max(at_large.ort_us, 1e-3):
@@ -201,13 +203,13 @@ def measure_partition(
     return timing
 
 
-def _ort_seconds(model: onnx.ModelProto, feeds: dict, budget_s: float) -> float | None:
+def _ort_seconds(model: onnx.ModelProto, feeds: dict, budget_s: float, threads: int) -> float | None:
     """onnxruntime's median time on `model`, None where it cannot run it alone: it refuses the feeds,
     has no kernel for a type (int16 Max, QuantizeLinear-28), or its numpy bridge has no such type
     (bfloat16 feeds and outputs: RuntimeError); its session (and its spinning threads) is gone when
     this returns."""
     try:
-        session = _session(model)
+        session = _session(model, threads)
         session.run(None, feeds)
     except (OrtFail, OrtInvalidArgument, OrtNotImplemented, OrtRuntimeException, RuntimeError):
         return None

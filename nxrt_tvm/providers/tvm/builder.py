@@ -48,6 +48,11 @@ def _build_rejected(message: str) -> DeclineSignal:
     )
 
 
+def _timing_field(threads: int) -> str:
+    """Where a cache entry's meta keeps the timing for sessions of `threads` intra-op threads."""
+    return "timing" if threads == 0 else f"timing@{threads}"
+
+
 class PartitionBuilder:
     """One EP's builds: what they produced (`built`), how each kernel was scheduled (`variants`), counts."""
 
@@ -166,21 +171,22 @@ class PartitionBuilder:
             return culprit, f"{message} ({lost})" if culprit == guess else message
         return locate_failure(group, attempt)
 
-    def remembered_timing(self, name: str) -> tuple[bool, PartitionTiming | None]:
-        """(found, timing) stored with a cached partition (the key holds the target, threads included); a
-        timing of None means it could not be measured."""
-        key_meta = self.entries.get(name)
-        if key_meta is None or "timing" not in key_meta[1]:
+    def remembered_timing(self, name: str, threads: int = 0) -> tuple[bool, PartitionTiming | None]:
+        """(found, timing) stored with a cached partition (the key holds the target, the pool's threads
+        included) for sessions of `threads` intra-op threads; a timing of None means it could not be
+        measured."""
+        key_meta, field = self.entries.get(name), _timing_field(threads)
+        if key_meta is None or field not in key_meta[1]:
             return False, None
-        return True, PartitionTiming.from_json(key_meta[1]["timing"])
+        return True, PartitionTiming.from_json(key_meta[1][field])
 
-    def remember_timing(self, name: str, timing: PartitionTiming | None) -> None:
+    def remember_timing(self, name: str, timing: PartitionTiming | None, threads: int = 0) -> None:
         """Store a partition's timing with its compile result, so later sessions do not re-measure it."""
         key_meta, built = self.entries.get(name), self.built.get(name)
         if key_meta is None or built is None or self.cache is None:
             return
         key, meta = key_meta
-        meta = meta | {"timing": None if timing is None else timing.to_json()}
+        meta = meta | {_timing_field(threads): None if timing is None else timing.to_json()}
         self.cache.put(key, built[1], meta)  # the blob this session built or loaded: no second read
         self.entries[name] = (key, meta)
 

@@ -162,14 +162,15 @@ class TvmExecutionProvider(ExecutionProvider):
         self, graph: GraphView, group: tuple[int, ...], costs: dict, whole: bool
     ) -> DeclineSignal | None:
         """Judge a verified partition by its timing: remembered with its compile result, else measured."""
-        name = partition_name(graph, group, "tvm")
-        remembered, timing = self.builder.remembered_timing(name)
+        name, threads = partition_name(graph, group, "tvm"), self.config.intra_op_num_threads
+        remembered, timing = self.builder.remembered_timing(name, threads)
         if not remembered:
             built = self.builder.built.get(name)
             if built is not None and built[0] is not None and self.device.type is DeviceType.CPU:
                 with phase("measure against onnxruntime"):
-                    timing = measure_partition(graph, group, name, built[0], self.options.cost_budget_s)
-                self.builder.remember_timing(name, timing)
+                    budget = self.options.cost_budget_s
+                    timing = measure_partition(graph, group, name, built[0], budget, threads)
+                self.builder.remember_timing(name, timing, threads)
         costs[group], slower = judge_cost(self.options.claim_policy, len(group), timing, remembered, whole)
         return slower
 
