@@ -305,6 +305,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 "threads": threads,
                 "repeat": args.repeat,
                 "dims": feed_sets[-1][0],
+                # where the plan left every node to the fallback, both columns time onnxruntime
+                "onnxruntime_only": all(p.ep == "CPUExecutionProvider" for p in sess.plan.partitions),
             }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -348,6 +350,11 @@ def _print_run(sess: InferenceSession, report: dict, args: argparse.Namespace) -
             f"threads): nxrt-tvm {lat['nxrt_tvm']:.3f} ms, "
             f"onnxruntime {lat['onnxruntime']:.3f} ms, ratio {lat['ratio']:.2f}x"
         )
+        if lat["onnxruntime_only"]:
+            print(
+                "  (every node ran on onnxruntime, so the ratio is onnxruntime against itself: its spread "
+                "is this machine's noise; the declines above say why TVM took nothing)"
+            )
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:

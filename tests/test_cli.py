@@ -69,6 +69,15 @@ def test_run_check_with_inputs_file(capsys, tmp_path):
     latency = report["latency_ms"]
     assert latency["nxrt_tvm"] > 0 and latency["onnxruntime"] > 0 and latency["repeat"] == 2
     assert latency["ratio"] == pytest.approx(latency["nxrt_tvm"] / latency["onnxruntime"], rel=0.01, abs=1e-3)
+    assert latency["onnxruntime_only"] is False
+
+
+def test_run_check_says_when_both_columns_are_onnxruntime(capsys):
+    """A plan that leaves every node to the fallback times onnxruntime against itself: the ratio is
+    noise (the demo printed 0.70x with onnxruntime in both columns), and the output says so."""
+    assert main(["run", "--check", "--repeat", "2", "--min-subgraph-size", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "ratio" in out and "ratio is onnxruntime against itself" in out
 
 
 def test_run_check_default_model(capsys):
