@@ -1,0 +1,61 @@
+"""Compound symbolic sizes become variables of their own before TIR lowering.
+
+A kernel over a symbolic map carries its sizes as expressions of the model's input
+dims: YOLOv8's anchor count is `((h - 1) // 32 * 4 + 4) * ((w - 1) // 32 * 4 + 4) + ...`
+(three strides' grids summed), a conv's output width `(w + 2 - 3) // 2 + 1`. After
+scheduling, every loop extent, predicate and index repeats them, and TVM's analyser
+re-proves facts about them in each lowering pass: `CompactBufferAllocation` spent
+1.05 s on one softmax, and TIR passes, not LLVM, were most of YOLOv8n's 12 s of code
+generation. `NameCompoundSizes` replaces each compound expression that is a whole dim of
+a parameter buffer by a fresh variable, which `MakePackedAPI` then binds from the
+tensor's shape like any symbolic dim (the caller's tensors have those sizes: the Relax
+VM allocated them so), so the lowering sees `n` where it saw the expression.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from .strict import own_pass
+
+__all__ = ["NameCompoundSizes"]
+
+
+def _compound(dim: tvm.ir.Expr) -> bool:
+    return not isinstance(dim, (tirx.IntImm, tirx.Var)) and bool(tirx.analysis.undefined_vars(dim))
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="nxrt_tvm.NameCompoundSizes")
+@own_pass
+def NameCompoundSizes(
+    func: tirx.PrimFunc, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext
+) -> tirx.PrimFunc:
+    """Each compound dim of a parameter buffer, wherever it occurs in `func`, as a variable bound
+    from that buffer's shape."""
+    names: dict[int, list[tuple[tvm.ir.Expr, tirx.Var]]] = {}
+    for buffer in (p for p in func.params if isinstance(p.ty, tirx.BufferType)):
+        for dim in buffer.shape:
+            if not _compound(dim):
+                continue
+            bucket = names.setdefault(tvm_ffi.structural_hash(dim), [])
+            if not any(tvm_ffi.structural_equal(e, dim) for e, _ in bucket):
+                bucket.append((dim, tirx.Var(f"size{sum(map(len, names.values()))}", dim.ty)))
+    if not names:
+        return func
+
+    def name(expr: tvm.ir.Expr) -> tvm.ir.Expr:
+        for e, var in names.get(tvm_ffi.structural_hash(expr), ()):
+            if tvm_ffi.structural_equal(e, expr):
+                return var
+        return expr
+
+    named = tvm_ffi.structural_map(func, (tvm.ir.expr.Expr, name), order="pre")
+    # where the sizes the expressions are made of still appear on their own (a conv's padded tile count
+    # from `width`, its output width now `size1`), the analyser could no longer relate the two: its
+    # register tile lost its static size (14 s of LLVM per conv); such kernels keep the expressions
+    parts = {v for bucket in names.values() for e, _ in bucket for v in tirx.analysis.undefined_vars(e)}
+    if parts & set(tirx.analysis.undefined_vars(named.body)):
+        return func
+    return named
