@@ -10,6 +10,10 @@ generation. `NameCompoundSizes` replaces each compound expression that is a whol
 a parameter buffer by a fresh variable, which `MakePackedAPI` then binds from the
 tensor's shape like any symbolic dim (the caller's tensors have those sizes: the Relax
 VM allocated them so), so the lowering sees `n` where it saw the expression.
+
+It runs before the schedule rules (which then tile `n`: a conv's tile count had merged into
+`(w - 1) // 128 + 1`, an expression of `w` the pass could no longer name) and again first in
+the CPU TIR pipeline (tuned kernels, and kernels built outside the lowering).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from ..api.kernel import KernelVariant
 from ..timing import mark_phase
 from . import schedules
 from .fold_constants import with_bulk_folding
+from .named_sizes import NameCompoundSizes
 from .reshape_views import ReshapeKernelsAsViews, legalize_reshape
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
@@ -343,6 +344,7 @@ def lowering_passes(
         *fusion_passes(target, lowering),
         _step("schedules"),
         *tuned,
+        *([NameCompoundSizes] if target.kind.name == "llvm" else []),  # the rules tile the named sizes
         *schedule,
         _step("relax passes"),
         *fold_layouts,
