@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import model_zoo
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
-from nxrt_tvm.graph.model import load_model
+from nxrt_tvm.graph.model import GraphView, load_model
 from nxrt_tvm.providers.tvm.options import CLAIM_POLICY_ENV
 from nxrt_tvm.runtime.measure import REPRESENTATIVE_SIZES, _inputs
 
@@ -107,22 +108,21 @@ def test_other_symbolic_dims_are_measured_small_and_large():
     assert large[0][0].shape == (1, 3, 256, 256) and large[1] == "n=1, h=256, w=256"
 
 
+def _add(a: onnx.ValueInfoProto, b: onnx.ValueInfoProto, y: onnx.ValueInfoProto) -> GraphView:
+    """`y = a + b`, loaded as a session loads it."""
+    graph = helper.make_graph([helper.make_node("Add", [a.name, b.name], [y.name])], "g", [a, b], [y])
+    return load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
 def test_a_named_dim_has_one_size_in_every_input():
     """`seq` leads one input and follows `batch` in another (an LSTM's time-major state and its mask):
     both get the size it got first, or the kernel refuses the inputs (lstm_text failed to load)."""
-    model = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("Add", ["a", "b"], ["y"])],
-            "g",
-            [
-                helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", "seq"]),
-                helper.make_tensor_value_info("b", TensorProto.FLOAT, ["seq", "batch"]),
-            ],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
-        ),
-        opset_imports=[helper.make_opsetid("", 17)],
+    graph = _add(
+        helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", "seq"]),
+        helper.make_tensor_value_info("b", TensorProto.FLOAT, ["seq", "batch"]),
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None]),
     )
-    made = _inputs(load_model(model), ["a", "b"], 32)
+    made = _inputs(graph, ["a", "b"], 32)
     assert made is not None
     (a, b), sizes = made
     assert a.shape == (1, 32) and b.shape == (32, 1) and sizes == "batch=1, seq=32"
@@ -132,19 +132,12 @@ def test_masks_are_measured_unmasked():
     """A mask is fed as a user feeds it, all ones: all zeros, GPT-2's attention rows were all -inf and
     onnxruntime ran 17% faster than on real feeds, so `auto` gave it a partition TVM ran 15% faster.
     Other integers stay 0, an index valid in any table."""
-    model = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("Add", ["input_ids", "attention_mask"], ["y"])],
-            "g",
-            [
-                helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-                helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
-            ],
-            [helper.make_tensor_value_info("y", TensorProto.INT64, ["batch", "seq"])],
-        ),
-        opset_imports=[helper.make_opsetid("", 17)],
+    graph = _add(
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
+        helper.make_tensor_value_info("y", TensorProto.INT64, ["batch", "seq"]),
     )
-    made = _inputs(load_model(model), ["input_ids", "attention_mask"], 32)
+    made = _inputs(graph, ["input_ids", "attention_mask"], 32)
     assert made is not None
     (ids, mask), _ = made
     assert ids.shape == mask.shape == (1, 32)
