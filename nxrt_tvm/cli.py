@@ -23,6 +23,7 @@ from .graph.model import GraphView, load_model
 from .lower.schedules import CONV_ALGORITHMS
 from .ort.cli import add_cli as _add_ort_plugin_cli
 from .partition.plan import make_plan
+from .providers import FALLBACK_EP
 from .runtime.ort_session import ort_session
 from .session import InferenceSession
 from .session_options import SessionOptions
@@ -306,7 +307,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 "repeat": args.repeat,
                 "dims": feed_sets[-1][0],
                 # where the plan left every node to the fallback, both columns time onnxruntime
-                "onnxruntime_only": all(p.ep == "CPUExecutionProvider" for p in sess.plan.partitions),
+                "onnxruntime_only": all(p.ep == FALLBACK_EP for p in sess.plan.partitions),
             }
     if args.json:
         print(json.dumps(report, indent=2))

@@ -1,4 +1,4 @@
-"""Compound symbolic sizes become variables of their own before TIR lowering.
+"""Compound symbolic sizes become variables of their own before the kernels are scheduled.
 
 A kernel over a symbolic map carries its sizes as expressions of the model's input
 dims: YOLOv8's anchor count is `((h - 1) // 32 * 4 + 4) * ((w - 1) // 32 * 4 + 4) + ...`
@@ -11,9 +11,9 @@ a parameter buffer by a fresh variable, which `MakePackedAPI` then binds from th
 tensor's shape like any symbolic dim (the caller's tensors have those sizes: the Relax
 VM allocated them so), so the lowering sees `n` where it saw the expression.
 
-It runs before the schedule rules (which then tile `n`: a conv's tile count had merged into
-`(w - 1) // 128 + 1`, an expression of `w` the pass could no longer name) and again first in
-the CPU TIR pipeline (tuned kernels, and kernels built outside the lowering).
+It runs on every CPU kernel, tuned or not, before the schedule rules, which then tile `n` (run
+after them, a conv's tile count had merged into `(w - 1) // 128 + 1`, an expression of `w` the
+pass could no longer name). Tuning takes static kernels only, so its builds need no naming.
 """
 
 from __future__ import annotations

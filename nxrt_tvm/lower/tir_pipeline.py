@@ -32,7 +32,6 @@ from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
 from .integer_powers import IntegerPowers
-from .named_sizes import NameCompoundSizes
 from .strict import own_pass
 from .vector_guards import VersionGuardedVectors
 
@@ -54,9 +53,7 @@ CPU_TIR_PIPELINE = "nxrt_tvm.cpu"
 STACK_LIMIT_BYTES = 16 * 1024
 
 #: what of this pipeline shapes measured times: tuning measures its baselines again when it changes
-MEASURED_PIPELINE = (
-    f"{CPU_TIR_PIPELINE}/stack<={STACK_LIMIT_BYTES}/versioned-vectors/integer-powers/named-sizes"
-)
+MEASURED_PIPELINE = f"{CPU_TIR_PIPELINE}/stack<={STACK_LIMIT_BYTES}/versioned-vectors/integer-powers"
 
 #: `LowerTVMBuiltin`'s opt-out annotation (`tirx::transform::kDisableLowerTVMBuiltin`)
 _KEEP_AS_ALLOCA = "disable_lower_builtin"
@@ -212,9 +209,7 @@ def _cpu_pipeline():
     def pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         # the guard wraps blocks (before lowering); stack marks precede finalize's LowerTVMBuiltin
         lowering = _lowering_passes(tvm.transform.PassContext.current().config)
-        return StackAllocateSmallBuffers(
-            tvm.transform.Sequential(lowering)(SkipEmptyOutputs(NameCompoundSizes(mod)))
-        )
+        return StackAllocateSmallBuffers(tvm.transform.Sequential(lowering)(SkipEmptyOutputs(mod)))
 
     return pipeline, finalize_host, finalize_device
 

@@ -43,7 +43,7 @@ def test_a_compound_dim_becomes_a_variable_bound_from_the_shape():
     ((x,), (y,)) = _sizes(named)
     assert x == y and x not in ("n * m",) and "*" not in x
     assert not tvm_ffi.structural_equal(named["main"], mod["main"])
-    lib = tvm.tirx.build(mod, target=TARGET, pipeline=tir_pipeline_for(TARGET))
+    lib = tvm.tirx.build(named, target=TARGET, pipeline=tir_pipeline_for(TARGET))
     for size in (1, 7, 48, 1000):
         data = np.random.default_rng(size).standard_normal(size).astype(np.float32)
         out = tvm.runtime.empty((size,), "float32")
