@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,8 @@ from .partition.plan import PartitionPlan, make_plan
 from .providers import CPUExecutionProvider, TvmExecutionProvider
 
 __all__ = ["compile_model", "CompileReport"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,22 @@ def compile_model(
     )
     with bar:
         for partition in compiled:
+            sizes = tvm_ep.tuned_sizes(graph, partition)
+            if sizes:
+                log.warning(
+                    "partition %s: records were tuned at %s, but an EPContext holds one build per CPU: it "
+                    "keeps the symbolic build; fix the dims (--dim NAME=SIZE) to save a tuned static build",
+                    partition.name,
+                    "; ".join(",".join(f"{d}={n}" for d, n in dims.items()) for dims in sizes),
+                )
             if not builders:
-                contexts[partition.name] = tvm_ep.save_context(tvm_ep.compile(graph, partition))
+                kernel = tvm_ep.compile(graph, partition, size_builds=False)
+                contexts[partition.name] = tvm_ep.save_context(kernel)
                 bar.update()
                 continue
             builds = []
             for mcpu, ep in builders:
-                builds.append((mcpu, ep.save_context(ep.compile(graph, partition))))
+                builds.append((mcpu, ep.save_context(ep.compile(graph, partition, size_builds=False))))
                 bar.update()
             contexts[partition.name] = fat_context(builds)
     files = write_context_model(

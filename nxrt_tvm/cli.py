@@ -57,7 +57,7 @@ def _dim_sizes(args: argparse.Namespace) -> dict[str, list[int]]:
         values = sizes.split(",")
         if not sep or not name or not all(v.isdigit() for v in values):
             raise InvalidProviderOptions(
-                f"--dim takes NAME=SIZE (run --check: NAME=SIZE,SIZE,...), got {item!r}"
+                f"--dim takes NAME=SIZE (run --check and tune: NAME=SIZE,SIZE,...), got {item!r}"
             )
         dims[name] = [int(v) for v in values]
     return dims
@@ -93,7 +93,8 @@ def _add_model_args(p: argparse.ArgumentParser, tuning: bool = True) -> None:
         default=[],
         metavar="NAME=SIZE",
         help="fix a symbolic input dim (static shapes let TVM claim and tune more); "
-        "run --check: NAME=SIZE,SIZE,... keeps it symbolic and checks every size",
+        "run --check: NAME=SIZE,SIZE,... keeps it symbolic and checks every size; "
+        "tune: NAME=SIZE,SIZE,... tunes every size, and symbolic sessions run them as tuned",
     )
     if tuning:
         p.add_argument(
@@ -490,7 +491,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         log_dir=args.log_dir,
         rpc_tracker=args.rpc_tracker,
         rpc_key=args.rpc_key,
-        free_dims=_dims(args),
+        free_dims=_dim_sizes(args),  # several sizes: tuned at each, and kept for symbolic sessions
         conv_algorithm=args.conv_algorithm,
         progress=None if not args.json else False,
     )

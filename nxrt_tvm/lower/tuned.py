@@ -13,7 +13,9 @@ transferred to it with MetaSchedule's anchor-trace application. Where the
 host's own key has no record for a kernel, the records of compatible keys
 (`device_key.compatible_keys`: every ISA feature they were built for present
 here, closest CPU first) apply, as MetaSchedule's ``OrderedUnionDatabase``
-would: `TuningRecords`. A record whose
+would: `TuningRecords`. The sizes tuning fixed symbolic dims at (`sizes.json`, written by
+`nxrt-tvm tune --dim seq=16,128`) come with the records: a session builds a symbolic partition at those
+sizes too (`providers.tvm.sizes`), so the records apply. A record whose
 trace is the default rule's own schedule (tuning measures it as a candidate,
 and it won) is not replayed: the rule schedules the kernel, and the kernel
 variant says that the rule measured fastest.
@@ -34,6 +36,7 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
 
+from ..fileio import atomic_write
 from .device_key import CompatibleKey, compatible_keys, device_key, device_log_dir
 from .strict import own_pass
 from .tir_pipeline import tir_pipeline_for
@@ -52,6 +55,9 @@ __all__ = [
     "workload_module",
     "mean_us",
     "replay",
+    "read_sizes",
+    "record_sizes",
+    "SIZES_FILE",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,6 +75,37 @@ SEARCHED_MARGIN = 0.05
 #: "rule-best", or "unfit" (a matching record failed to replay: the default rules schedule it); a record of
 #: another device key adds "@<key>" ("exact@llvm-x86_64-znver4-2c-5a12382f").
 TUNING_ATTR = "nxrt.tuning_record"
+
+
+#: a device key's sizes of symbolic dims tuned at: {"seq": [16, 128]}
+SIZES_FILE = "sizes.json"
+
+
+def read_sizes(directory: Path) -> dict[str, tuple[int, ...]]:
+    """The sizes records under `directory` were tuned at, per dim name ({} where none were named)."""
+    path = Path(directory) / SIZES_FILE
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        log.warning("%s unreadable (%s); no size-specialised builds from it", path, exc)
+        return {}
+    if not isinstance(data, dict):
+        log.warning("%s is not a JSON object of dim sizes; ignored", path)
+        return {}
+    return {
+        str(name): tuple(sorted({int(s) for s in sizes if isinstance(s, int) and s > 0}))
+        for name, sizes in data.items()
+        if isinstance(sizes, list)
+    }
+
+
+def record_sizes(directory: Path, dims: dict[str, tuple[int, ...]]) -> None:
+    """Add `dims`' sizes to those `directory`'s records were tuned at (kept in sizes.json, merged)."""
+    merged = {k: set(v) for k, v in read_sizes(directory).items()}
+    for name, sizes in dims.items():
+        merged.setdefault(name, set()).update(int(s) for s in sizes)
+    text = json.dumps({k: sorted(v) for k, v in sorted(merged.items())}, indent=1)
+    atomic_write(Path(directory) / SIZES_FILE, text.encode())
 
 
 def is_searched(trace: s_tir.Trace) -> bool:
@@ -171,6 +208,8 @@ class TuningDatabase:
         self.database = read(directory)
         self.baseline = read(directory / BASELINE_DIR) if (directory / BASELINE_DIR).is_dir() else None
         self.digest = database_digest(directory)
+        #: the sizes symbolic dims were fixed at when these records were tuned (`SIZES_FILE`)
+        self.sizes = read_sizes(directory)
         self._anchors: ms.database.MemoryDatabase | None = None
 
     def __len__(self) -> int:
@@ -307,6 +346,15 @@ class TuningRecords:
     @property
     def databases(self) -> list[TuningDatabase]:
         return ([self.own] if self.own is not None else []) + [db for db, _ in self.transferred]
+
+    @property
+    def sizes(self) -> dict[str, tuple[int, ...]]:
+        """Per dim name, every size any of these keys' records were tuned at."""
+        merged: dict[str, set[int]] = {}
+        for db in self.databases:
+            for name, sizes in db.sizes.items():
+                merged.setdefault(name, set()).update(sizes)
+        return {name: tuple(sorted(sizes)) for name, sizes in merged.items()}
 
     @property
     def sources(self) -> tuple[str, ...]:

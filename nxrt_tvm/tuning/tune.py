@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import itertools
 import json
 import logging
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from ..lower.device_key import DEFAULT_LOG_DIR, device_key, device_log_dir, writ
 from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
 from ..lower.tir_pipeline import MEASURED_PIPELINE, build_for_measurement
-from ..lower.tuned import TuningDatabase, is_searched, mean_us, replay
+from ..lower.tuned import TuningDatabase, is_searched, mean_us, record_sizes, replay
 from ..partition.plan import make_plan
 from ..providers import CPUExecutionProvider, TvmExecutionProvider
 from .tasks import TuningTask, extract_tasks
@@ -281,18 +282,24 @@ def tune_model(
     rpc_tracker: str | None = None,
     rpc_key: str | None = None,
     trials_per_iter: int = 16,
-    free_dims: dict[str, int] | None = None,
+    free_dims: Mapping[str, int | Sequence[int]] | None = None,
     conv_algorithm: str = "auto",
     passes: Sequence[tvm.transform.Pass] = (),
     progress: bool | None = None,
 ) -> TuneReport:
     """Tune every TVM partition of `models` for `target`; records go to `log_dir/<device key>/`.
 
+    `free_dims` fixes symbolic input dims by name, each at one size or several: the models are tuned at
+    every combination of them, and the sizes are kept with the records (`lower.tuned.SIZES_FILE`), so a
+    session over the symbolic model also builds its partitions at those sizes and runs the tuned kernels
+    where a call's sizes match (`providers.tvm.sizes`).
+
     `conv_algorithm` and `passes` are the TVM EP options the models will be compiled with: both change
     the kernels, so records made under one configuration do not match the kernels of another.
     """
     if trials < 1:
         raise InvalidProviderOptions(f"trials must be >= 1, got {trials}")
+    sizes = _dim_sizes(free_dims or {})
     started = time.perf_counter()
     tvm_target = make_target(target)
     builder, runner = measurers(rpc_tracker, rpc_key)  # bad RPC arguments fail before anything is written
@@ -304,13 +311,17 @@ def tune_model(
     directory = device_log_dir(log_dir, tvm_target)
     directory.mkdir(parents=True, exist_ok=True)
     write_device_file(directory, tvm_target)  # lets hosts with these ISA features take its records
+    if sizes:
+        record_sizes(directory, sizes)
     sources = list(models) if isinstance(models, (list, tuple)) else [models]
     partitions = []
     for source in sources:
-        providers = [ep, CPUExecutionProvider()]
-        graph = load_model(source, free_dims=free_dims, inline=inlined_ops(providers))
-        plan = make_plan(graph, providers)
-        partitions.extend((graph, p) for p in plan.partitions if p.ep == ep.ep_id)
+        for values in itertools.product(*sizes.values()):  # one empty combination where no dim is named
+            providers = [ep, CPUExecutionProvider()]
+            dims = dict(zip(sizes, values))
+            graph = load_model(source, free_dims=dims, inline=inlined_ops(providers))
+            plan = make_plan(graph, providers)
+            partitions.extend((graph, p) for p in plan.partitions if p.ep == ep.ep_id)
     tasks = extract_tasks(partitions, tvm_target, ep.lowering)
     state_path = directory / STATE_FILE
     state: dict[str, dict] = json.loads(state_path.read_text()) if state_path.is_file() else {}
@@ -380,6 +391,19 @@ def tune_model(
             )
         )
     return TuneReport(device_key(tvm_target), directory, tuple(results), time.perf_counter() - started)
+
+
+def _dim_sizes(free_dims: Mapping[str, int | Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    """`free_dims` as {name: sizes}, each size a positive int (a typed error says which is not)."""
+    sizes = {}
+    for name, value in free_dims.items():
+        values = (value,) if isinstance(value, int) else tuple(value)
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+            raise InvalidProviderOptions(
+                f"free_dims[{name!r}] must be a positive size or a list of them, got {value!r}"
+            )
+        sizes[name] = tuple(dict.fromkeys(values))
+    return sizes
 
 
 #: files of frames that belong to no module (the import machinery, code compiled from strings)

@@ -27,8 +27,8 @@ from nxrt_tvm.tuning import device_key, open_database
 TRIALS = 4
 
 
-def _matmul_model(epilogue: str | None = None):
-    """x [32, 64] @ w [64, 48], then an optional elementwise epilogue (fused into the same kernel)."""
+def _matmul_model(epilogue: str | None = None, rows: int | str = 32):
+    """x [rows, 64] @ w [64, 48], then an optional elementwise epilogue (fused into the same kernel)."""
     rng = np.random.default_rng(0)
     weight = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y" if epilogue is None else "m"])]
@@ -37,8 +37,8 @@ def _matmul_model(epilogue: str | None = None):
     graph = helper.make_graph(
         nodes,
         "mm",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 48])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 48])],
         [weight],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -56,6 +56,61 @@ def tuned(tmp_path_factory):
         _matmul_model(), trials=TRIALS, trials_per_iter=TRIALS, log_dir=logs, progress=False
     )
     return logs, report
+
+
+@pytest.fixture(scope="module")
+def tuned_sizes(tmp_path_factory):
+    """Records of a matmul over a symbolic row count `n`, tuned at n=32 and n=8 (one trial each)."""
+    logs = tmp_path_factory.mktemp("sized_logs")
+    report = nx.tune_model(
+        _matmul_model(rows="n"),
+        trials=1,
+        trials_per_iter=1,
+        log_dir=logs,
+        free_dims={"n": [32, 8]},
+        progress=False,
+    )
+    return logs, report
+
+
+def test_tuning_at_named_sizes_tunes_each_and_keeps_the_sizes(tuned_sizes):
+    _, report = tuned_sizes
+    assert len(report.tasks) == 2  # the kernel at each size
+    assert json.loads((report.directory / "sizes.json").read_text()) == {"n": [8, 32]}
+    with pytest.raises(nx.InvalidProviderOptions, match=r"free_dims\['n'\]"):
+        nx.tune_model(_matmul_model(rows="n"), free_dims={"n": [0]}, progress=False)
+
+
+def test_a_symbolic_session_runs_the_build_tuned_at_the_call_s_sizes(tuned_sizes, tmp_path, caplog):
+    """A session over the symbolic model builds the partition at n=32 and n=8 too, with their records,
+    and runs the build whose sizes a call has (its kernels' names carry the sizes), the symbolic one
+    otherwise; the EPContext keeps the symbolic build and says so."""
+    from nxrt_tvm.api.tensor import TensorView
+    from nxrt_tvm.runtime.dispatch import SizeDispatchKernel
+
+    logs, _ = tuned_sizes
+    model = _matmul_model(rows="n")
+    sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(logs)}, {}])
+    (kernel,) = sess.kernels().values()
+    assert isinstance(kernel, SizeDispatchKernel)
+    variants = {v.name.partition("@")[2]: v for v in kernel.variants()}
+    assert sorted(variants) == ["", "n=32", "n=8"]
+    assert not _record_applied(variants[""])
+    assert _record_applied(variants["n=32"]) and _record_applied(variants["n=8"])
+    rng = np.random.default_rng(3)
+    for rows, label in ((32, "@n=32"), (8, "@n=8"), (5, None)):
+        feeds = {"x": rng.standard_normal((rows, 64)).astype(np.float32)}
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-5, atol=1e-5)
+        ran = kernel.function_times([TensorView(feeds["x"])], 1)
+        kernels = [name for name in ran if not name.startswith("vm.")]
+        assert kernels and all(name.endswith(label) if label else "@" not in name for name in kernels)
+
+    out = tmp_path / "ctx.onnx"
+    with caplog.at_level("WARNING", logger="nxrt_tvm.aot"):
+        nx.compile_model(model, out, tuning_logs=logs, progress=False)
+    assert "tuned at n=8; n=32" in caplog.text and "keeps the symbolic build" in caplog.text
+    feeds = {"x": rng.standard_normal((32, 64)).astype(np.float32)}
+    assert_parity(nx.InferenceSession(str(out)).run(None, feeds), ort_run(model, feeds), rtol=1e-5, atol=1e-5)
 
 
 def test_small_budget_writes_a_valid_database(tuned):
@@ -285,9 +340,11 @@ def test_revalidate_measures_transferred_records_here_once(tuned, tmp_path, caps
     source = _key_for(
         frozenset(hardware_of(target)[1]) - {"64bit"}, "othercpu", fleet, logs / device_key(target)
     )
+    (fleet / source / "sizes.json").write_text('{"n": [4, 16]}')
     report = revalidate(log_dir=fleet, progress=False)
     assert report.sources == (source,) and (report.measured, report.done_before, report.failed) == (1, 0, 0)
     own = TuningDatabase(fleet / device_key(target), device_key(target))
+    assert own.sizes == {"n": (4, 16)}  # the sizes the records were tuned at come with them
     assert own.baseline is not None and len(own.baseline) == 1 and len(own.database) >= 1
 
     model = _matmul_model()

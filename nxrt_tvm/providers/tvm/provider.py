@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -12,7 +13,7 @@ from tqdm import tqdm
 
 from ...api.claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, SubgraphClaim
 from ...api.device import DeviceType, EpId
-from ...api.errors import CompileDisabled, UnsupportedContext
+from ...api.errors import CompileDisabled, CompileFailed, UnsupportedContext
 from ...api.kernel import Kernel, KernelVariant
 from ...api.provider import ExecutionProvider
 from ...epcontext.record import EpContext
@@ -25,6 +26,7 @@ from ...partition.claims import make_claims, partition_name
 from ...partition.grouping import group_nodes
 from ...partition.node_context import NodeContext
 from ...partition.tvm_rules import FUNCTION_OPS, check_group, check_node
+from ...runtime.dispatch import SizeDispatchKernel
 from ...runtime.kernel import TvmKernel
 from ...runtime.measure import measure_partition
 from ...timing import phase
@@ -32,9 +34,12 @@ from .builder import PartitionBuilder
 from .context import context_of, kernel_of
 from .cost import judge_cost
 from .options import TvmOptions
+from .sizes import size_combinations, specialised_kernels
 from .weights import DeviceWeights
 
 __all__ = ["TvmExecutionProvider"]
+
+log = logging.getLogger(__name__)
 
 
 class TvmExecutionProvider(ExecutionProvider):
@@ -206,7 +211,51 @@ class TvmExecutionProvider(ExecutionProvider):
         self.builder.stats["compiled"] += 1
         return built[0], weights, built[1]
 
-    def compile(self, graph: GraphView, claim: SubgraphClaim) -> TvmKernel:
+    def tuned_sizes(self, graph: GraphView, claim: SubgraphClaim) -> list[dict[str, int]]:
+        """The sizes a claim over symbolic dims is also built at: those its tuning records were made at
+        (`sizes`); none for weightless builds, whose static builds would each need the weights again."""
+        sizes = self.lowering.database.sizes if self.lowering.database is not None else {}
+        return size_combinations(graph, claim, sizes) if sizes and not self.options.weightless else []
+
+    def compile(
+        self, graph: GraphView, claim: SubgraphClaim, *, size_builds: bool = True
+    ) -> TvmKernel | SizeDispatchKernel:
+        """The claim's kernel; with `size_builds`, static builds beside it at its `tuned_sizes`, each run
+        where a call has its sizes."""
+        kernel = self._compile(graph, claim)
+        combinations = self.tuned_sizes(graph, claim) if size_builds else []
+        if not combinations:
+            return kernel
+        with phase("size builds"):
+            static, labels = specialised_kernels(graph, claim, combinations, self._static_kernel)
+        return SizeDispatchKernel(kernel, static, labels) if static else kernel
+
+    def _static_kernel(self, graph: GraphView, nodes: tuple[int, ...]) -> TvmKernel:
+        """A kernel of the whole node set of a static graph, checked and built as a claim's would be."""
+        problems: dict[int, DeclineSignal] = {}
+        for i in nodes:
+            try:
+                self.check_node(NodeContext(graph, i, self.target_features))
+            except DeclineSignal as signal:
+                problems[i] = signal
+        problems = problems or check_group(graph, nodes) or self.builder.prove(graph, nodes)
+        if problems:
+            i, signal = min(problems.items())
+            raise CompileFailed(f"{graph.nodes[i].op_type} {graph.nodes[i].name!r}: {signal.detail}")
+        name = partition_name(graph, nodes, "tvm")
+        module, blob = self.builder.built.pop(name)
+        inputs, outputs = graph.boundary(nodes)
+        return TvmKernel(
+            module,
+            self.device,
+            name,
+            [graph.info(i) for i in inputs],
+            [graph.info(o) for o in outputs],
+            blob=blob,
+            variants=self.builder.variants.get(name, ()),
+        )
+
+    def _compile(self, graph: GraphView, claim: SubgraphClaim) -> TvmKernel:
         module, weights, blob = self.build(graph, claim)
         return TvmKernel(
             module,
@@ -221,6 +270,14 @@ class TvmExecutionProvider(ExecutionProvider):
 
     # -- EPContext -------------------------------------------------------------------
     def save_context(self, kernel: Kernel) -> EpContext:
+        if isinstance(kernel, SizeDispatchKernel):
+            log.warning(
+                "partition %s: its builds at tuned sizes (%s) are not saved in the EPContext, only its "
+                "symbolic build; fix the dims (--dim NAME=SIZE) to save a tuned static build",
+                kernel.name,
+                "; ".join(kernel.labels.values()),
+            )
+            kernel = kernel.generic
         if not isinstance(kernel, TvmKernel):
             raise UnsupportedContext(str(self.ep_id), f"cannot save a {type(kernel).__name__}")
         database = self.lowering.database
