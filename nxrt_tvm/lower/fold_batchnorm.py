@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
+from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .strict import own_pass
 
@@ -41,54 +41,92 @@ def constant_array(expr: relax.Expr) -> np.ndarray | None:
     return None
 
 
-@relax.transform.function_pass(opt_level=0, name="nxrt_tvm.FoldBatchNormIntoConv")
-class FoldBatchNormIntoConv:
-    """``batch_norm(conv2d(x, W) [+ b])[0]`` ->
-    ``conv2d(x, W') + b'`` for float32 NCHW/OIHW, inference mode."""
+def _op_call(expr: relax.Expr | None, name: str) -> relax.Call | None:
+    return (
+        expr
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+        else None
+    )
 
-    def __init__(self) -> None:
-        self.data = wildcard()
-        self.weight = is_const() | is_op("relax.broadcast_to")(is_const(), wildcard())
-        self.conv = is_op("relax.nn.conv2d")(self.data, self.weight)
-        self.bias = is_const()
-        shaped_bias = is_op("relax.reshape")(self.bias, wildcard()) | self.bias
-        self.conv_bias = is_op("relax.add")(self.conv, shaped_bias)
-        self.stats = [is_const() for _ in range(4)]  # gamma, beta, mean, var
-        self.norm = is_op("relax.nn.batch_norm")(self.conv_bias | self.conv, *self.stats)
-        self.pattern = TupleGetItemPattern(self.norm, 0)
 
-    @own_pass
-    def transform_function(self, func: relax.Function, _mod: tvm.IRModule, _ctx) -> relax.Function:
-        if func.attrs is not None and "Primitive" in func.attrs and int(func.attrs["Primitive"]) != 0:
-            return func
-        folded = rewrite_call(self.pattern, self._fold, func)
-        return func if folded.same_as(func) else relax.analysis.remove_all_unused(folded)
+@mutator
+class _Folder(PyExprMutator):
+    """Replaces ``batch_norm(conv2d(x, W) [+ b])[0]`` by ``conv2d(x, W') + b'`` (module doc).
 
-    def _fold(self, expr: relax.Expr, matches) -> relax.Expr:
-        conv, norm = matches[self.conv], matches[self.norm]
-        attrs, bn = conv.attrs, norm.attrs
-        weight = constant_array(matches[self.weight])
-        if (
-            bn.training
-            or int(bn.axis) != 1
-            or attrs.data_layout != "NCHW"
-            or attrs.kernel_layout != "OIHW"
-            or attrs.out_layout != "NCHW"
-            or weight.dtype != np.float32
-            or conv.ty.dtype != "float32"
+    A walk over the bindings, not TVM's pattern rewriter (`rewrite_call`), which took 0.45 s of
+    ResNet-50's compile matching the pattern's alternatives at every node."""
+
+    def _value(self, expr: relax.Expr) -> relax.Expr:
+        bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+        return expr if bound is None else bound
+
+    def visit_tuple_getitem_(self, op: relax.TupleGetItem) -> relax.Expr:
+        op = super().visit_tuple_getitem_(op)
+        norm = _op_call(self._value(op.tuple_value), "relax.nn.batch_norm") if op.index == 0 else None
+        if norm is None:
+            return op
+        stats = [constant_array(a) for a in norm.args[1:5]]
+        source = self._value(norm.args[0])
+        bias = None
+        add = _op_call(source, "relax.add")
+        if add is not None:
+            conv = _op_call(self._value(add.args[0]), "relax.nn.conv2d")
+            shaped = add.args[1]
+            reshape = _op_call(self._value(shaped), "relax.reshape")
+            bias = constant_array(reshape.args[0] if reshape is not None else shaped)
+            if bias is None:
+                return op
+        else:
+            conv = _op_call(source, "relax.nn.conv2d")
+        if conv is None or any(a is None for a in stats):
+            return op
+        weight = constant_array(self._value(conv.args[1]))
+        folded = _fold(conv, norm, weight, stats, bias)
+        if folded is None:
+            return op
+        new_weight, shift = folded
+        out = self.builder_.emit(relax.Call(conv.op, [conv.args[0], relax.const(new_weight)], conv.attrs))
+        return relax.op.add(out, relax.const(shift))
+
+
+def _fold(conv: relax.Call, norm: relax.Call, weight, stats, bias) -> tuple[np.ndarray, np.ndarray] | None:
+    """(W', b') for float32 NCHW/OIHW and a per-output-channel inference norm; None otherwise."""
+    attrs, bn = conv.attrs, norm.attrs
+    if (
+        weight is None
+        or bn.training
+        or int(bn.axis) != 1
+        or attrs.data_layout != "NCHW"
+        or attrs.kernel_layout != "OIHW"
+        or attrs.out_layout != "NCHW"
+        or weight.dtype != np.float32
+        or conv.ty.dtype != "float32"
+    ):
+        return None
+    channels = weight.shape[0]
+    gamma, beta, mean, var = (a.astype(np.float64) for a in stats)
+    bias = bias.astype(np.float64) if bias is not None else np.zeros(channels)
+    if any(a.size != channels for a in (gamma, beta, mean, var, bias)):
+        return None  # a bias or statistic that broadcasts otherwise: not a per-channel affine map
+    scale = gamma / np.sqrt(var + float(bn.epsilon))
+    new_weight = (weight.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(np.float32)
+    shift = ((bias.reshape(-1) - mean) * scale + beta).astype(np.float32).reshape(1, channels, 1, 1)
+    return new_weight, shift
+
+
+@tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.FoldBatchNormIntoConv")
+@own_pass
+def FoldBatchNormIntoConv(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:  # noqa: N802 - a TVM pass
+    """``batch_norm(conv2d(x, W) [+ b])[0]`` -> ``conv2d(x, W') + b'`` for float32 NCHW/OIHW, inference
+    mode; the norm and the old convolution go where nothing else reads them."""
+    folder = _Folder(mod)
+    changed = False
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function) and not (
+            func.attrs is not None and "Primitive" in func.attrs and int(func.attrs["Primitive"]) != 0
         ):
-            return expr
-        channels = weight.shape[0]
-        gamma, beta, mean, var = (constant_array(matches[p]).astype(np.float64) for p in self.stats)
-        bias = (
-            constant_array(matches[self.bias]).astype(np.float64)
-            if self.bias in matches
-            else np.zeros(channels)
-        )
-        if any(a.size != channels for a in (gamma, beta, mean, var, bias)):
-            return expr  # a bias or statistic that broadcasts otherwise: not a per-channel affine map
-        scale = gamma / np.sqrt(var + float(bn.epsilon))
-        new_weight = (weight.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(np.float32)
-        shift = ((bias.reshape(-1) - mean) * scale + beta).astype(np.float32).reshape(1, channels, 1, 1)
-        folded = relax.Call(conv.op, [matches[self.data], relax.const(new_weight)], attrs)
-        return relax.op.add(folded, relax.const(shift))
+            new = folder.visit_expr(func)
+            if not new.same_as(func):
+                folder.builder_.update_func(gv, relax.analysis.remove_all_unused(new))
+                changed = True
+    return folder.builder_.get() if changed else mod

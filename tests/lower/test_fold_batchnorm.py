@@ -69,7 +69,7 @@ def _ops(mod: tvm.IRModule) -> list[str]:
 )
 def test_folded_norm_matches_onnxruntime(conv_bias, group):
     model = _model(conv_bias, group)
-    folded = FoldBatchNormIntoConv()(import_onnx(model))
+    folded = FoldBatchNormIntoConv(import_onnx(model))
     assert "relax.nn.batch_norm" not in _ops(folded) and _ops(folded).count("relax.nn.conv2d") == 1
     x = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
@@ -82,7 +82,7 @@ def test_folded_norm_matches_onnxruntime(conv_bias, group):
 
 def test_norm_not_after_a_conv_is_left_alone():
     model = _model(True, norm_input="x", channels=4)
-    assert "relax.nn.batch_norm" in _ops(FoldBatchNormIntoConv()(import_onnx(model)))
+    assert "relax.nn.batch_norm" in _ops(FoldBatchNormIntoConv(import_onnx(model)))
     x = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": x}

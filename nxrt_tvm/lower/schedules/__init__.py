@@ -32,6 +32,7 @@ from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ..conv1d import Conv1dAsConv2d
 from ..fold_batchnorm import FoldBatchNormIntoConv
+from ..fold_constants import FoldConstantLayouts
 from ..grouped_conv import SplitGroupedConv, conv2d_like
 from ..precision import PreciseFastMath
 from ..strict import own_pass
@@ -98,17 +99,19 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
     exp/erf/tanh as vectorisable polynomials, not libm calls, where the precision policy allows
     (`nxrt_tvm.lower.precision`); 2-D convolutions in NHWC (`CONV_LAYOUT`;
     transposes between them cancel, weights transpose at compile time); with ``conv_algorithm="auto"``,
-    3x3 stride-1 convolutions on large maps as Winograd F(4x4, 3x3) (`nxrt_tvm.lower.winograd`)."""
+    3x3 stride-1 convolutions on large maps as Winograd F(4x4, 3x3) (`nxrt_tvm.lower.winograd`); then
+    the weights' transposes and reshapes evaluated (`nxrt_tvm.lower.fold_constants.FoldConstantLayouts`)."""
     if target.kind.name != "llvm":
         return []
     winograd = [WinogradConv2D] if conv_algorithm == "auto" else []
     return [
         Conv1dAsConv2d(),
-        FoldBatchNormIntoConv(),
+        FoldBatchNormIntoConv,
         SplitGroupedConv(),
         convert_conv_layout(),  # first: approximations are kernels, which layout conversion cannot enter
         PreciseFastMath(),
         *winograd,
+        FoldConstantLayouts,  # last: the layout conversion and Winograd transpose weights
     ]
 
 
