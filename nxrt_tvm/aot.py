@@ -56,6 +56,7 @@ def compile_model(
     progress: bool | None = None,
     sign: str | os.PathLike | PrivateKey | None = None,
     cpus: Sequence[str] | None = None,
+    free_dims: Mapping[str, int] | None = None,
 ) -> CompileReport:
     """Compile every partition the TVM EP claims and write `output` with EPContext nodes.
 
@@ -69,6 +70,8 @@ def compile_model(
     files that hosts with `nxrt.trusted_keys` check before loading any blob. `cpus` (LLVM CPU names,
     e.g. ``["x86-64-v3", "znver4"]``) builds every partition once per CPU into one "fat" node; a host
     loads the variant it runs best (`epcontext.variants`). The plan is this host's either way.
+    `free_dims` fixes symbolic input dims by name (onnxruntime's free-dimension overrides): the
+    partitions build static, so records tuned at those sizes apply, and the written model declares them.
     """
     started = time.perf_counter()
     key = load_private_key(sign) if sign is not None else None  # a bad key fails before the compile
@@ -81,7 +84,7 @@ def compile_model(
     tvm_ep.initialize(config)
     builders = _cpu_builders(tvm_ep, names, weightless, options, config)
     providers = [tvm_ep, CPUExecutionProvider()]
-    graph = load_model(model, inline=inlined_ops(providers))
+    graph = load_model(model, free_dims=dict(free_dims or {}), inline=inlined_ops(providers))
     plan = make_plan(graph, providers)
     compiled = [p for p in plan.partitions if p.ep == tvm_ep.ep_id]
     contexts: dict[str, EpContext] = {}

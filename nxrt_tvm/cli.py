@@ -64,8 +64,17 @@ def _dim_sizes(args: argparse.Namespace) -> dict[str, list[int]]:
 
 
 def _dims(args: argparse.Namespace) -> dict[str, int]:
-    """The dims fixed at compile time: those given one size (several sizes keep a dim symbolic)."""
-    return {name: sizes[0] for name, sizes in _dim_sizes(args).items() if len(sizes) == 1}
+    """The dims fixed at compile time: those given one size. Several sizes keep a dim symbolic where a
+    command has a use for them (run --check checks each, tune tunes each); elsewhere they are refused,
+    not dropped."""
+    sizes = _dim_sizes(args)
+    several = sorted(name for name, values in sizes.items() if len(values) > 1)
+    if several and args.command not in ("run", "tune"):
+        raise InvalidProviderOptions(
+            f"{args.command} takes one size per --dim (got several for {', '.join(several)}); several "
+            "sizes are for run --check (one symbolic build checked at each) and tune (each tuned)"
+        )
+    return {name: values[0] for name, values in sizes.items() if len(values) == 1}
 
 
 def _session_options(args: argparse.Namespace) -> SessionOptions:
@@ -375,6 +384,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         progress=None if not args.json else False,
         sign=args.sign,
         cpus=None if args.cpus is None else args.cpus.split(","),
+        free_dims=_dims(args),
     )
     summary = {
         "output": str(report.output),

@@ -219,6 +219,35 @@ def test_bad_dim_is_a_clear_error(capsys):
     assert "NAME=SIZE" in capsys.readouterr().err
 
 
+def test_several_sizes_of_a_dim_are_refused_where_a_command_has_no_use_for_them(capsys, tmp_path):
+    """plan, bench and compile take one size per dim; several were dropped without a word."""
+    for command in (["plan"], ["bench"], ["compile", "-o", str(tmp_path / "out.onnx")]):
+        assert main([*command, "--dim", "N=2,3"]) == 2
+        assert "takes one size per --dim (got several for N)" in capsys.readouterr().err
+
+
+def test_compile_fixes_the_dims_it_is_given(tmp_path):
+    """compile --dim fixes a symbolic input dim (it was ignored): the written model declares the size
+    and its partition runs at it."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+    )
+    src, out = tmp_path / "relu.onnx", tmp_path / "relu_ctx.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    assert main(["compile", str(src), "-o", str(out), "--dim", "n=3"]) == 0
+    (x,) = onnx.load(str(out)).graph.input
+    assert [d.dim_value for d in x.type.tensor_type.shape.dim] == [3, 4]
+    feeds = {"x": np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)}
+    np.testing.assert_array_equal(
+        nx.InferenceSession(str(out)).run(None, feeds)[0], np.maximum(feeds["x"], 0)
+    )
+
+
 def test_conv_algorithm_option_reaches_the_compile(capsys, tmp_path):
     path = tmp_path / "conv.onnx"
     onnx.save(model_zoo.conv3x3(), path)
