@@ -34,6 +34,15 @@ def _static_tensor(ty) -> tuple[list[int], str] | None:
     return [int(d) for d in ty.shape.values], str(ty.dtype.dtype)
 
 
+def _constant_or_remapped(mutator: relax.PyExprMutator, var: relax.Var, remap) -> relax.Expr:
+    """A use of a variable bound to a constant reads the constant (so a call sees its constant
+    arguments); any other variable is remapped (`remap`: the mutator's own visit), as the mutator may
+    have re-emitted it with a new type: returning the old one left it undefined ("Var lv7 is not
+    defined", conv1d_audio)."""
+    bound = mutator.lookup_binding(var)
+    return bound if isinstance(bound, tvm.ir.GenericConst) else remap(var)
+
+
 @relax.expr_functor.mutator
 class _Folder(relax.PyExprMutator):
     """Replaces each `call_tir` of a kernel in `built` on constant arguments by its value (with no
@@ -47,11 +56,10 @@ class _Folder(relax.PyExprMutator):
         self.folded = 0
 
     def visit_var_(self, var: relax.Var) -> relax.Expr:
-        bound = self.lookup_binding(var)
-        return bound if isinstance(bound, tvm.ir.GenericConst) else var
+        return _constant_or_remapped(self, var, super().visit_var_)
 
     def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
-        return self.visit_var_(var)
+        return _constant_or_remapped(self, var, super().visit_dataflow_var_)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
@@ -132,11 +140,10 @@ class _LayoutFolder(relax.PyExprMutator):
     """Replaces each transpose or static reshape of a constant by its value, computed by numpy."""
 
     def visit_var_(self, var: relax.Var) -> relax.Expr:
-        bound = self.lookup_binding(var)
-        return bound if isinstance(bound, tvm.ir.GenericConst) else var
+        return _constant_or_remapped(self, var, super().visit_var_)
 
     def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
-        return self.visit_var_(var)
+        return _constant_or_remapped(self, var, super().visit_dataflow_var_)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)

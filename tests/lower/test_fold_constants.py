@@ -150,6 +150,50 @@ def test_folded_integer_constants_keep_their_dtype_and_values():
     assert value.dtype == "int64" and value.numpy().tolist() == [[2**40], [-5]]
 
 
+def test_a_symbolic_conv1d_net_after_folding_builds_and_matches_onnxruntime():
+    """conv1d_audio's layers (a strided 80-tap conv over a symbolic length, conv/pool stages, a mean):
+    the folder once returned an old variable where the mutator had re-emitted it with a new type ("Var
+    lv7 is not defined"), and the partition was bisected into a decline."""
+    channels = [1, 8, 8, 16, 16]
+    inits, nodes, x = [], [], "x"
+    for k, (cin, cout) in enumerate(zip(channels, channels[1:])):
+        taps, stride, pad = (80, 4, 40) if k == 0 else (3, 1, 1)
+        inits += [
+            numpy_helper.from_array(RNG.standard_normal((cout, cin, taps)).astype(np.float32), f"w{k}"),
+            numpy_helper.from_array(RNG.standard_normal(cout).astype(np.float32), f"b{k}"),
+        ]
+        nodes += [
+            helper.make_node(
+                "Conv",
+                [x, f"w{k}", f"b{k}"],
+                [f"c{k}"],
+                kernel_shape=[taps],
+                strides=[stride],
+                pads=[pad] * 2,
+            ),
+            helper.make_node("Relu", [f"c{k}"], [f"r{k}"]),
+            helper.make_node("MaxPool", [f"r{k}"], [f"p{k}"], kernel_shape=[4], strides=[4]),
+        ]
+        x = f"p{k}"
+    nodes.append(helper.make_node("ReduceMean", [x], ["out"], axes=[2], keepdims=0))
+    graph = helper.make_graph(
+        nodes,
+        "conv1d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, "samples"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", channels[-1]])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = nx.InferenceSession(model)
+    assert session.plan.nodes_by_ep() == {"TvmExecutionProvider": len(nodes)}, session.plan.declines
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for samples in (2048, 4001):
+        feeds = {"x": RNG.standard_normal((1, 1, samples)).astype(np.float32)}
+        np.testing.assert_allclose(
+            session.run(None, feeds)[0], reference.run(None, feeds)[0], rtol=1e-4, atol=1e-4
+        )
+
+
 def test_kernels_that_do_not_build_together_are_left_to_fold_constant(monkeypatch: pytest.MonkeyPatch):
     """Where TVM refuses to build a round's kernels as one module, the pass leaves the module as it is
     and TVM's FoldConstant, which builds each alone and skips what fails, folds it as before."""
