@@ -8,6 +8,8 @@ This pass collects the constant calls of a whole module, builds their kernels as
 them, and repeats for calls whose arguments became constant (a transposed weight packed next). It
 runs before each `FoldConstant`, which is left only what this pass did not take (tuple outputs,
 shape values, a kernel the batch could not build), so the folded module is the same.
+`FoldConstantLayouts` takes the commonest constant calls earlier: before legalisation, a transpose
+or reshape of a weight is evaluated by numpy, with no kernel to build at all.
 """
 
 from __future__ import annotations
@@ -46,12 +48,16 @@ def _constant_or_remapped(mutator: relax.PyExprMutator, var: relax.Var, remap) -
 @relax.expr_functor.mutator
 class _Folder(relax.PyExprMutator):
     """Replaces each `call_tir` of a kernel in `built` on constant arguments by its value (with no
-    `built`, only notes the kernels such calls need in `wanted`)."""
+    `built`, only notes the kernels such calls need in `wanted`); with `layouts`, each transpose or
+    static reshape of a constant instead (`_evaluated_layout`)."""
 
-    def __init__(self, mod: tvm.IRModule, built: tvm.runtime.Module | None = None) -> None:
+    def __init__(
+        self, mod: tvm.IRModule, built: tvm.runtime.Module | None = None, layouts: bool = False
+    ) -> None:
         super().__init__(mod)
         self.context = mod
         self.built = built
+        self.layouts = layouts
         self.wanted: dict[tvm.ir.GlobalVar, tvm.tirx.PrimFunc] = {}
         self.folded = 0
 
@@ -63,6 +69,8 @@ class _Folder(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
+        if self.layouts:
+            return _evaluated_layout(call)
         if call.op != _CALL_TIR or len(call.args) != 2 or len(call.ty_args) != 1:
             return call  # a call with shape-var arguments, or a tuple result: FoldConstant's to decide
         gv, args = call.args[0], call.args[1].fields
@@ -135,30 +143,20 @@ def with_bulk_folding(passes: list[tvm.transform.Pass]) -> list[tvm.transform.Pa
     return out
 
 
-@relax.expr_functor.mutator
-class _LayoutFolder(relax.PyExprMutator):
-    """Replaces each transpose or static reshape of a constant by its value, computed by numpy."""
-
-    def visit_var_(self, var: relax.Var) -> relax.Expr:
-        return _constant_or_remapped(self, var, super().visit_var_)
-
-    def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
-        return _constant_or_remapped(self, var, super().visit_dataflow_var_)
-
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        if not isinstance(call.op, tvm.ir.Op) or not isinstance(call.args[0], tvm.ir.GenericConst):
-            return call
-        # the call's dtype, not the array's: a 0-d int64 constant reads back as int32
-        value, dtype = call.args[0].value.numpy(), str(call.ty.dtype)
-        if call.op.name == "relax.permute_dims":
-            axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-            return relax.const(np.ascontiguousarray(np.transpose(value, axes)), dtype)
-        if call.op.name == "relax.reshape" and isinstance(call.args[1], relax.ShapeExpr):
-            shape = call.args[1].values
-            if all(isinstance(d, tvm.tirx.IntImm) for d in shape):
-                return relax.const(value.reshape([int(d) for d in shape]), dtype)
+def _evaluated_layout(call: relax.Call) -> relax.Expr:
+    """A transpose or static reshape of a constant as its value, computed by numpy; any other call as is."""
+    if not isinstance(call.op, tvm.ir.Op) or not isinstance(call.args[0], tvm.ir.GenericConst):
         return call
+    # the call's dtype, not the array's: a 0-d int64 constant reads back as int32
+    value, dtype = call.args[0].value.numpy(), str(call.ty.dtype)
+    if call.op.name == "relax.permute_dims":
+        axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+        return relax.const(np.ascontiguousarray(np.transpose(value, axes)), dtype)
+    if call.op.name == "relax.reshape" and isinstance(call.args[1], relax.ShapeExpr):
+        shape = call.args[1].values
+        if all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+            return relax.const(value.reshape([int(d) for d in shape]), dtype)
+    return call
 
 
 @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.FoldConstantLayouts")
@@ -167,7 +165,7 @@ def FoldConstantLayouts(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> t
     """Transposes and reshapes of constant weights (the NHWC conversion puts one on every conv weight),
     evaluated by numpy before legalisation: as kernels, `fold_constant_calls` builds, looks up and runs
     each (densenet121: 44 of them, 0.7 s)."""
-    folder = _LayoutFolder(mod)
+    folder = _Folder(mod, layouts=True)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             folder.builder_.update_func(gv, relax.analysis.remove_all_unused(folder.visit_expr(func)))
