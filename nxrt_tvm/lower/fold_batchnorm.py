@@ -24,29 +24,29 @@ from .strict import own_pass
 __all__ = ["FoldBatchNormIntoConv", "constant_array"]
 
 
-def constant_array(expr: relax.Expr) -> np.ndarray | None:
-    """A constant's value, a broadcast constant (ConstantOfShape weights) as its full array; None for
-    anything computed at run time."""
-    if isinstance(expr, tvm.ir.GenericConst):
-        return expr.value.numpy()
-    if (
-        isinstance(expr, relax.Call)
-        and isinstance(expr.op, tvm.ir.Op)
-        and expr.op.name == "relax.broadcast_to"
-        and isinstance(expr.args[0], tvm.ir.GenericConst)
-        and isinstance(expr.args[1], relax.ShapeExpr)
-        and all(isinstance(d, tvm.tirx.IntImm) for d in expr.args[1].values)
-    ):
-        return np.broadcast_to(expr.args[0].value.numpy(), [int(d) for d in expr.args[1].values])
-    return None
-
-
 def _op_call(expr: relax.Expr | None, name: str) -> relax.Call | None:
+    """`expr` where it is a call of the Relax op `name`, else None."""
     return (
         expr
         if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
         else None
     )
+
+
+def constant_array(expr: relax.Expr) -> np.ndarray | None:
+    """A constant's value, a broadcast constant (ConstantOfShape weights) as its full array; None for
+    anything computed at run time."""
+    if isinstance(expr, tvm.ir.GenericConst):
+        return expr.value.numpy()
+    broadcast = _op_call(expr, "relax.broadcast_to")
+    if (
+        broadcast is not None
+        and isinstance(broadcast.args[0], tvm.ir.GenericConst)
+        and isinstance(broadcast.args[1], relax.ShapeExpr)
+        and all(isinstance(d, tvm.tirx.IntImm) for d in broadcast.args[1].values)
+    ):
+        return np.broadcast_to(broadcast.args[0].value.numpy(), [int(d) for d in broadcast.args[1].values])
+    return None
 
 
 @mutator

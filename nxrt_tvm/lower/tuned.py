@@ -57,6 +57,7 @@ __all__ = [
     "replay",
     "read_sizes",
     "record_sizes",
+    "merge_sizes",
     "SIZES_FILE",
 ]
 
@@ -99,12 +100,18 @@ def read_sizes(directory: Path) -> dict[str, tuple[int, ...]]:
     }
 
 
+def merge_sizes(*dims: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Per dim name, every size any of `dims` has, ascending."""
+    merged: dict[str, set[int]] = {}
+    for sizes_by_name in dims:
+        for name, sizes in sizes_by_name.items():
+            merged.setdefault(name, set()).update(int(s) for s in sizes)
+    return {name: tuple(sorted(sizes)) for name, sizes in sorted(merged.items())}
+
+
 def record_sizes(directory: Path, dims: dict[str, tuple[int, ...]]) -> None:
     """Add `dims`' sizes to those `directory`'s records were tuned at (kept in sizes.json, merged)."""
-    merged = {k: set(v) for k, v in read_sizes(directory).items()}
-    for name, sizes in dims.items():
-        merged.setdefault(name, set()).update(int(s) for s in sizes)
-    text = json.dumps({k: sorted(v) for k, v in sorted(merged.items())}, indent=1)
+    text = json.dumps({k: list(v) for k, v in merge_sizes(read_sizes(directory), dims).items()}, indent=1)
     atomic_write(Path(directory) / SIZES_FILE, text.encode())
 
 
@@ -350,11 +357,7 @@ class TuningRecords:
     @property
     def sizes(self) -> dict[str, tuple[int, ...]]:
         """Per dim name, every size any of these keys' records were tuned at."""
-        merged: dict[str, set[int]] = {}
-        for db in self.databases:
-            for name, sizes in db.sizes.items():
-                merged.setdefault(name, set()).update(sizes)
-        return {name: tuple(sorted(sizes)) for name, sizes in merged.items()}
+        return merge_sizes(*(db.sizes for db in self.databases))
 
     @property
     def sources(self) -> tuple[str, ...]:

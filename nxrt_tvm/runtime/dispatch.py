@@ -28,9 +28,8 @@ class SizeDispatchKernel(Kernel):
         self.output_names = generic.output_names
         self.device = generic.device
         self.name = generic.name
-        self.labels = dict(labels)
-        #: per shapes, the static kernel, which of our inputs it takes, and where its outputs go in ours
-        self._static: dict[Shapes, tuple[TvmKernel, tuple[int, ...], tuple[int, ...]]] = {}
+        #: per shapes: the static kernel, which of our inputs it takes, where its outputs go, its label
+        self._static: dict[Shapes, tuple[TvmKernel, tuple[int, ...], tuple[int, ...], str]] = {}
         for shapes, kernel in static.items():
             if set(kernel.output_names) != set(self.output_names) or not set(kernel.input_names) <= set(
                 self.input_names
@@ -38,15 +37,16 @@ class SizeDispatchKernel(Kernel):
                 raise ValueError(f"{kernel.name} does not compute {self.name}'s outputs from its inputs")
             takes = tuple(self.input_names.index(n) for n in kernel.input_names)
             order = tuple(kernel.output_names.index(n) for n in self.output_names)
-            self._static[shapes] = (kernel, takes, order)
+            self._static[shapes] = (kernel, takes, order, labels[shapes])
 
     @property
-    def static(self) -> dict[Shapes, TvmKernel]:
-        return {shapes: entry[0] for shapes, entry in self._static.items()}
+    def labels(self) -> tuple[str, ...]:
+        """The static builds' sizes, as their kernels are labelled ("seq=128")."""
+        return tuple(entry[3] for entry in self._static.values())
 
     def prepare(self) -> None:
         self.generic.prepare()
-        for kernel, _, _ in self._static.values():
+        for kernel, *_ in self._static.values():
             kernel.prepare()
 
     def _pick(self, inputs: Sequence[TensorView]):
@@ -56,14 +56,13 @@ class SizeDispatchKernel(Kernel):
         entry = self._pick(inputs)
         if entry is None:
             return self.generic.compute(inputs)
-        kernel, takes, order = entry
+        kernel, takes, order, _ = entry
         results = kernel.compute([inputs[k] for k in takes])
         return [results[k] for k in order]
 
     def variants(self) -> list[KernelVariant]:
         found = self.generic.variants()
-        for shapes, (kernel, _, _) in self._static.items():
-            label = self.labels[shapes]
+        for kernel, _, _, label in self._static.values():
             found += [KernelVariant(f"{v.name}@{label}", v.variant, v.reason) for v in kernel.variants()]
         return found
 
@@ -71,7 +70,6 @@ class SizeDispatchKernel(Kernel):
         entry = self._pick(inputs)
         if entry is None:
             return self.generic.function_times(inputs, repeat)
-        kernel, takes, _ = entry
-        label = self.labels[tuple(tuple(view.shape) for view in inputs)]
+        kernel, takes, _, label = entry
         times = kernel.function_times([inputs[k] for k in takes], repeat)
         return {f"{name}@{label}": value for name, value in times.items()}

@@ -26,7 +26,7 @@ from tvm.s_tir import meta_schedule as ms
 from ..lower.device_key import DEFAULT_LOG_DIR, compatible_keys, device_key, device_log_dir, write_device_file
 from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
-from ..lower.tuned import TuningDatabase, read_sizes, record_sizes, replay
+from ..lower.tuned import TuningDatabase, merge_sizes, read_sizes, record_sizes, replay
 from .tune import STATE_FILE, measure_schedules, measurers
 
 __all__ = ["revalidate", "RevalidateReport"]
@@ -96,10 +96,9 @@ def revalidate(
     write_device_file(directory, tvm_target)
     own = TuningDatabase(directory, device_key(tvm_target))
     todo, done, sources = _workloads(log_dir, tvm_target, own)
-    for key in sources:  # the sizes the records were tuned at come with them (`lower.tuned.SIZES_FILE`)
-        sizes = read_sizes(log_dir / key)
-        if sizes:
-            record_sizes(directory, sizes)
+    sizes = merge_sizes(*(read_sizes(log_dir / key) for key in sources))
+    if sizes:  # the sizes the records were tuned at come with them (`lower.tuned.SIZES_FILE`)
+        record_sizes(directory, sizes)
     measured = failed = 0
     show = None if progress is None else not progress
     bar = tqdm(total=len(todo), desc=f"revalidating for {own.key}", unit="kernel", disable=show)

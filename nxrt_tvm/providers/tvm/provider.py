@@ -275,7 +275,7 @@ class TvmExecutionProvider(ExecutionProvider):
                 "partition %s: its builds at tuned sizes (%s) are not saved in the EPContext, only its "
                 "symbolic build; fix the dims (--dim NAME=SIZE) to save a tuned static build",
                 kernel.name,
-                "; ".join(kernel.labels.values()),
+                "; ".join(kernel.labels),
             )
             kernel = kernel.generic
         if not isinstance(kernel, TvmKernel):
