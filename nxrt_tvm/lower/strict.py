@@ -5,6 +5,11 @@ into a decline ("TVM cannot compile it"), and a bug in a schedule rule silently 
 TVM's naive loops. Now each is logged as a warning naming the pass or rule and the kernel; in
 strict mode (`NXRT_TVM_STRICT=1`, which the test suite sets) it raises `InternalError` instead.
 
+A pass can also be wrong without raising: Relax it leaves ill-formed (a variable used where it is not
+defined) fails later, in TVM's code generation, and was bisected into a decline all the same. So in
+strict mode each of our passes' Relax output is checked for well-formedness too, and the pass is
+blamed only where its input was well formed (the ONNX importer's output is not always).
+
 A schedule rule may still give up on a function through TVM (a schedule primitive refusing it):
 that is "does not fit", not a bug. An exception raised by our own code is one.
 """
@@ -18,6 +23,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from tvm import IRModule, relax
 
 from ..api.errors import InternalError
 
@@ -62,14 +69,30 @@ def own_pass(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except InternalError:
             raise
         except Exception as exc:
             own_failure(what, exc)
             raise
+        if strict():
+            _check_well_formed(what, args, result)
+        return result
 
     return wrapper  # type: ignore[return-value]
+
+
+def _check_well_formed(what: str, args: tuple, result: object) -> None:
+    """Raise `InternalError` where the pass made well-formed Relax ill-formed (strict mode)."""
+    if not isinstance(result, IRModule | relax.Function) or relax.analysis.check_well_formed(result):
+        return
+    given = next((a for a in args if isinstance(a, type(result))), None)
+    if given is None or not relax.analysis.check_well_formed(given):
+        return  # it came in ill-formed: not this pass's doing
+    try:
+        relax.analysis.well_formed(result)
+    except Exception as exc:  # noqa: BLE001 - TVM's error names the violation
+        own_failure(f"{what} (its output is ill-formed Relax)", exc)
 
 
 def take_failure() -> InternalError | None:

@@ -9,9 +9,10 @@ import model_zoo
 import numpy as np
 import pytest
 from conftest import assert_parity, ort_run
+from tvm import relax
 
 import nxrt_tvm as nx
-from nxrt_tvm.lower import precision, strict
+from nxrt_tvm.lower import fold_constants, precision, strict
 from nxrt_tvm.lower.schedules import matmul
 
 OPTIONS = [{"compile_isolation": "none"}, {}]
@@ -67,3 +68,48 @@ def test_pass_bug_is_a_warning_and_a_decline_in_normal_use(monkeypatch, caplog):
         sess = nx.InferenceSession(model, provider_options=OPTIONS)
     assert "pass precision.PreciseFastMath.transform_module raised ZeroDivisionError" in caplog.text
     assert_parity(sess.run(None, _feeds()), ort_run(model, _feeds()))
+
+
+def _module(undefined: bool):
+    """main(x) = x + y, where y is a parameter, or (ill-formed) a variable defined nowhere."""
+    ty = relax.TensorType((2,), "float32")
+    x, y = relax.Var("x", ty), relax.Var("y", ty)
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x] if undefined else [x, y]):
+        bb.emit_func_output(bb.emit(relax.op.add(x, y)))
+    return bb.get()
+
+
+def test_a_pass_that_leaves_relax_ill_formed_raises_in_strict_mode():
+    @strict.own_pass
+    def drops_a_parameter(mod, _ctx=None):
+        return _module(undefined=True)
+
+    assert relax.analysis.check_well_formed(_module(undefined=False))
+    with pytest.raises(nx.InternalError, match=r"drops_a_parameter \(its output is ill-formed Relax\)"):
+        drops_a_parameter(_module(undefined=False))
+
+
+def test_a_pass_given_ill_formed_relax_is_not_blamed_for_it():
+    @strict.own_pass
+    def identity(mod, _ctx=None):
+        return mod
+
+    ill_formed = _module(undefined=True)
+    assert not relax.analysis.check_well_formed(ill_formed)
+    assert identity(ill_formed) is ill_formed
+
+
+def test_a_pass_returning_an_undefined_variable_fails_loudly_not_as_a_decline(monkeypatch):
+    """d9dbc6e's bug: a folder returned a variable's stale version. TVM failed it at code generation,
+    and the claim loop bisected the partition into a decline of an innocent node, even in strict mode."""
+    real = fold_constants._evaluated_layout
+
+    def stale(call):
+        folded = real(call)
+        return relax.Var("stale", call.ty) if folded is not call else call
+
+    monkeypatch.setattr(fold_constants, "_evaluated_layout", stale)
+    broken = r"pass fold_constants.FoldConstantLayouts \(its output is ill-formed"
+    with pytest.raises(nx.InternalError, match=broken):
+        nx.InferenceSession(model_zoo.cnn(), provider_options=OPTIONS)
