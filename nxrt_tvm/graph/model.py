@@ -6,6 +6,7 @@ graph through this one view, so names, order and types are decided once.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Collection, Iterable
@@ -153,6 +154,7 @@ class GraphView:
         for i, names in enumerate(self.node_inputs):
             for name in names:
                 self.consumers.setdefault(name, []).append(i)
+        self._digests: dict[str, bytes] = {}
 
     # -- structure ------------------------------------------------------------------
     def opset_of(self, index: int) -> int:
@@ -184,6 +186,16 @@ class GraphView:
         """The value of an initializer, or None when `name` is computed at run time."""
         tensor = self.initializers.get(name)
         return None if tensor is None else numpy_helper.to_array(tensor)
+
+    def initializer_digest(self, name: str) -> bytes:
+        """The sha256 of initializer `name` (its whole proto), computed once per view: compile-cache keys
+        hash a partition's weights by these, and a session keys overlapping node sets (proofs,
+        bisections) where each used to serialise and hash the weights again."""
+        digest = self._digests.get(name)
+        if digest is None:
+            proto = self.initializers[name].SerializeToString(deterministic=True)
+            digest = self._digests[name] = hashlib.sha256(proto).digest()
+        return digest
 
     def boundary(self, nodes: Iterable[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Values a node set reads from outside (initializers excluded) and values it must export."""

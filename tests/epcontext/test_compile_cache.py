@@ -8,6 +8,7 @@ import model_zoo
 import numpy as np
 import onnx
 from onnx import helper as h
+from onnx import numpy_helper
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
@@ -34,9 +35,18 @@ def test_second_session_hits_the_cache(tmp_path):
 
 
 def test_key_changes_with_weights_and_target(tmp_path):
-    _session(model_zoo.cnn(seed=0), tmp_path)
+    first = _session(model_zoo.cnn(seed=0), tmp_path)
     other_weights = _session(model_zoo.cnn(seed=1), tmp_path)
     assert _stats(other_weights)["cache_hits"] == 0
+    one_value = model_zoo.cnn(seed=0)  # one element of the largest weight changed, nothing else
+    weight = max(one_value.graph.initializer, key=lambda t: len(t.raw_data))
+    changed = numpy_helper.to_array(weight).copy()
+    changed.flat[changed.size // 2] += 1.0
+    weight.CopyFrom(numpy_helper.from_array(changed, weight.name))
+    changed_session = _session(one_value, tmp_path)
+    assert _stats(changed_session)["cache_hits"] == 0
+    # names tell one model's partitions apart by structure; only the cache key hashes the values
+    assert [p.name for p in changed_session.plan.partitions] == [p.name for p in first.plan.partitions]
     other_target = nx.InferenceSession(
         model_zoo.cnn(seed=0),
         provider_options=[{"cache_dir": str(tmp_path), "target": {"kind": "llvm", "mcpu": "x86-64-v3"}}, {}],

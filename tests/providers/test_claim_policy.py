@@ -12,6 +12,7 @@ from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
 from nxrt_tvm.graph.model import GraphView, load_model
+from nxrt_tvm.providers.tvm import builder
 from nxrt_tvm.providers.tvm.options import CLAIM_POLICY_ENV
 from nxrt_tvm.runtime.measure import REPRESENTATIVE_SIZES, _inputs
 
@@ -252,6 +253,25 @@ def test_a_cached_build_without_a_timing_is_measured_once(default_policy, tmp_pa
         (decline,) = sess.plan.declines
         details.append(decline.detail)
     assert details[0] == details[1] and "claim_policy='auto'" in details[0]
+
+
+def test_a_cache_hit_declined_on_its_remembered_timing_never_loads_its_library(
+    default_policy, tmp_path, monkeypatch
+):
+    options = {"cache_dir": str(tmp_path), "schedule_passes": []}
+    nx.InferenceSession(_matmul(), provider_options=[options, {}])  # built, measured slower, remembered
+    loads, load = [], builder.load_executable
+    monkeypatch.setattr(
+        builder, "load_executable", lambda blob, name, *a: loads.append(name) or load(blob, name, *a)
+    )
+    declined = nx.InferenceSession(_matmul(), provider_options=[options, {}])
+    assert declined.provider(TVM).stats["cache_hits"] == 1
+    assert [str(p.ep) for p in declined.plan.partitions] == ["CPUExecutionProvider"]
+    assert loads == []
+    kept = nx.InferenceSession(_matmul(), provider_options=[options | {"claim_policy": "all"}, {}])
+    assert kept.provider(TVM).stats["cache_hits"] == 1 and len(loads) == 1
+    x = np.random.default_rng(5).standard_normal((256, 256)).astype(np.float32)
+    assert_parity(kept.run(None, {"x": x}), ort_run(_matmul(), {"x": x}))
 
 
 def test_a_bad_policy_in_the_environment_says_where_it_came_from(monkeypatch):

@@ -69,6 +69,9 @@ class PartitionBuilder:
             None if options.cache_dir is None else CompileCache(options.cache_dir, options.cache_max_bytes)
         )
         self.built: dict[str, Built] = {}
+        #: cache hits whose library is not loaded yet, with the blob's checked sha256: loaded on first use
+        #: (`module`), so a partition the cost policy declines on a remembered timing never loads it
+        self._unloaded: dict[str, str] = {}
         #: per partition proven this session, its compile-cache key and the metadata stored under it
         self.entries: dict[str, tuple[str, dict]] = {}
         #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
@@ -105,8 +108,8 @@ class PartitionBuilder:
                         self.stats["failures_remembered"] += 1
                         return {order[position]: _build_rejected(str(failure.get("message")))}
             elif entry is not None:  # built and proven before; the cache verified its sha256
-                with phase("load"):
-                    self.built[name] = (load_executable(entry.blob, name, entry.sha256), entry.blob)
+                self.built[name] = (None, entry.blob)
+                self._unloaded[name] = entry.sha256
                 self.variants[name] = [KernelVariant(*v) for v in entry.meta.get("variants", [])]
                 self.entries[name] = (key, entry.meta)
                 self.stats["cache_hits"] += 1
@@ -171,6 +174,24 @@ class PartitionBuilder:
             return culprit, f"{message} ({lost})" if culprit == guess else message
         return locate_failure(group, attempt)
 
+    def module(self, name: str) -> Any:
+        """The module of a partition proven this session (None on a compile-only host: CUDA, no GPU),
+        loading a cache hit's library on first use."""
+        module, blob = self.built[name]
+        sha256 = self._unloaded.pop(name, None)
+        if sha256 is not None and blob is not None and self.device.exist:
+            with phase("load"):
+                module = load_executable(blob, name, sha256)
+            self.built[name] = (module, blob)
+        return module
+
+    def take(self, name: str) -> Built | None:
+        """A proven partition's (module, blob), handed over: the builder keeps it no longer."""
+        if name not in self.built:
+            return None
+        module = self.module(name)
+        return module, self.built.pop(name)[1]
+
     def remembered_timing(self, name: str, threads: int = 0) -> tuple[bool, PartitionTiming | None]:
         """(found, timing) stored with a cached partition (the key holds the target, the pool's threads
         included) for sessions of `threads` intra-op threads; a timing of None means it could not be
@@ -230,11 +251,15 @@ class PartitionBuilder:
                 return (load_executable(blob, name) if self.device.exist else None), blob
 
     def cache_key(self, graph: GraphView, group: tuple[int, ...], name: str) -> str:
-        """Everything that shapes the compiled code: partition
-        graph and weights, target, TVM, passes, our code."""
-        model = partition_model(graph, group, name)
+        """Everything that shapes the compiled code: partition graph and weights (by their digests, so the
+        weights are not serialised again), target, TVM, passes, our code."""
+        weights = tuple(
+            dict.fromkeys(n for i in sorted(group) for n in graph.node_inputs[i] if n in graph.initializers)
+        )
+        model = partition_model(graph, group, name, weights)
         return cache_key(
             model.SerializeToString(deterministic=True),
+            *(graph.initializer_digest(w) for w in weights),
             json.dumps(dict(self.target.export()), sort_keys=True, default=str),
             tvm.__version__,
             f"nxrt-tvm/{FORMAT_VERSION}",

@@ -169,12 +169,12 @@ class TvmExecutionProvider(ExecutionProvider):
         """Judge a verified partition by its timing: remembered with its compile result, else measured."""
         name, threads = partition_name(graph, group, "tvm"), self.config.intra_op_num_threads
         remembered, timing = self.builder.remembered_timing(name, threads)
-        if not remembered:
-            built = self.builder.built.get(name)
-            if built is not None and built[0] is not None and self.device.type is DeviceType.CPU:
+        if not remembered and name in self.builder.built and self.device.type is DeviceType.CPU:
+            module = self.builder.module(name)
+            if module is not None:
                 with phase("measure against onnxruntime"):
                     budget = self.options.cost_budget_s
-                    timing = measure_partition(graph, group, name, built[0], budget, threads)
+                    timing = measure_partition(graph, group, name, module, budget, threads)
                 self.builder.remember_timing(name, timing, threads)
         costs[group], slower = judge_cost(self.options.claim_policy, len(group), timing, remembered, whole)
         return slower
@@ -203,7 +203,7 @@ class TvmExecutionProvider(ExecutionProvider):
                 "compile the model ahead of time (nxrt-tvm compile) or drop session.disable_model_compile"
             )
         weights = weight_names(graph, claim.nodes) if self.options.weightless else ()
-        built = None if weights else self.builder.built.pop(claim.name, None)
+        built = None if weights else self.builder.take(claim.name)
         if built is None:
             variants: list[KernelVariant] = []
             built = self.builder.build(graph, claim.nodes, claim.name, weights, variants)
@@ -243,7 +243,7 @@ class TvmExecutionProvider(ExecutionProvider):
             i, signal = min(problems.items())
             raise CompileFailed(f"{graph.nodes[i].op_type} {graph.nodes[i].name!r}: {signal.detail}")
         name = partition_name(graph, nodes, "tvm")
-        module, blob = self.builder.built.pop(name)
+        module, blob = self.builder.take(name)
         inputs, outputs = graph.boundary(nodes)
         return TvmKernel(
             module,
