@@ -151,7 +151,16 @@ static int check_host(const nx_context* ctx, const char* hardware, const json* c
     return WHY("built for %s CPUs, this host is %s; %s", *arch ? arch : "(unknown)", host_arch(), RECOMPILE);
   if (check_cpu_features(cpu_features, hardware, why, why_len)) return 1;
   char problem[256];
-  if (elf_check(ctx->blob, ctx->blob_len, problem, sizeof problem))
+  nx_layout layout;
+  if (blob_layout(ctx->blob, ctx->blob_len, &layout, problem, sizeof problem)) {
+    layout_free(&layout);
+    return WHY("blob is not a loadable shared library: its packed index is malformed: %s; restore the artifact "
+               "from the compile output, or recompile",
+               problem);
+  }
+  int bad = elf_check(ctx->blob + layout.library_offset, layout.library_len, problem, sizeof problem);
+  layout_free(&layout);
+  if (bad)
     return WHY("blob is not a loadable shared library: %s; restore the artifact from the compile output, or recompile",
                problem);
   return 0;

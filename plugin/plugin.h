@@ -5,6 +5,7 @@
  * cpu.c      host CPU features (cpuid) against the LLVM feature names a blob needs
  * variant.c  a fat node's CPU variants: which one this host runs best; onnxruntime's compatibility verdict
  * signature.c  the model's signature (MODEL.sig) and the session's trusted keys (OpenSSL's libcrypto)
+ * pack.c     a blob's parts: its library and the constants lifted out of it
  * tvm_rt.c   the TVM runtime side: load a blob, run its Relax VM over ORT's buffers
  * json.c, sha256.c  small helpers
  *
@@ -28,8 +29,8 @@
 #define NXRT_EP_NAME "TvmExecutionProvider"
 #define NXRT_EP_VENDOR "nxrt-tvm"
 #define NXRT_EP_VERSION "0.1.0"
-#define NXRT_FORMAT_VERSION 1 /* what nxrt_tvm/epcontext/record.py FORMAT_VERSION writes */
-#define NXRT_FAT_FORMAT_VERSION 2 /* record.py FAT_FORMAT_VERSION: one blob per CPU target (notes.variants) */
+#define NXRT_FORMAT_VERSION 3 /* what nxrt_tvm/epcontext/record.py FORMAT_VERSION writes */
+#define NXRT_FAT_FORMAT_VERSION 4 /* record.py FAT_FORMAT_VERSION: one blob per CPU target (notes.variants) */
 #define NXRT_ALIGNMENT 64     /* what TVM-compiled code assumes of its buffers */
 
 #ifndef NXRT_TVM_VERSION
@@ -110,6 +111,24 @@ int check_cpu_features(const json* features, const char* built_for, char* why, s
 /* ---- elf.c ---- */
 /* 0 when the blob is a well-formed 64-bit shared library of this host that dlopen can map safely. */
 int elf_check(const unsigned char* blob, size_t size, char* why, size_t why_len);
+
+/* ---- pack.c ---- */
+typedef struct {
+  size_t offset;    /* from the blob's start */
+  size_t nbytes;
+  DLDataType dtype;
+  int32_t ndim;
+  int64_t* shape;   /* owned */
+} nx_constant;
+typedef struct {
+  size_t library_offset, library_len; /* the shared library within the blob */
+  size_t num_constants;
+  nx_constant* constants;             /* owned: the constants lifted out of the library, in call order */
+} nx_layout;
+/* The parts of a blob (a library alone is one part and no constants): 0 when its index is well formed and
+ * every part lies inside it. `out` is the caller's either way (layout_free). */
+int blob_layout(const unsigned char* blob, size_t len, nx_layout* out, char* why, size_t why_len);
+void layout_free(nx_layout* l);
 
 /* ---- signature.c ---- */
 typedef struct nx_policy nx_policy; /* the session's trusted keys and whether a signature is required */

@@ -2,7 +2,8 @@
  * holding a Relax VM executable) and run it over ORT's buffers.
  *
  * Ownership: a kernel owns one reference to each of its library module, VM
- * module and `main` function, dropped once in kernel_free. Input tensors are
+ * module, `main` function and lifted constant (an aligned copy out of the
+ * blob), dropped once in kernel_free. Input tensors are
  * DLPack views over ORT's memory (staged into an aligned copy only when ORT's
  * buffer is not 64-byte aligned); TVM owns each view's small wrapper and frees
  * it through its deleter. Results are copied into ORT's outputs and released.
@@ -18,6 +19,8 @@ struct nx_kernel {
   TVMFFIObjectHandle lib;    /* the loaded blob */
   TVMFFIObjectHandle vm;     /* vm_load_executable() */
   TVMFFIObjectHandle main;   /* vm["main"] */
+  TVMFFIObjectHandle* constants; /* owned: passed after the inputs at every call (pack.c) */
+  size_t num_constants;
   size_t num_inputs, num_outputs;
   int32_t* output_types;     /* owned */
   pthread_mutex_t lock;      /* a Relax VM keeps per-call state: one call at a time */
@@ -121,21 +124,22 @@ static const char* scratch_dir(void) {
   return tmp && *tmp ? tmp : "/tmp";
 }
 
-/* The library module for a blob: written to a temp file that is unlinked once loaded. */
-static TVMFFIObjectHandle load_blob(const nx_context* ctx, char* why, size_t why_len) {
+/* The library module of a blob's `layout`: written to a temp file that is unlinked once loaded. */
+static TVMFFIObjectHandle load_library(const nx_context* ctx, const nx_layout* layout, char* why, size_t why_len) {
+  const unsigned char* bytes = ctx->blob + layout->library_offset;
   char path[4096];
   snprintf(path, sizeof path, "%s/nxrt-tvm-ort-XXXXXX.so", scratch_dir());
   int fd = mkstemps(path, 3);
   if (fd < 0) { WHY("cannot create a temp file in %s", scratch_dir()); return NULL; }
   size_t done = 0;
-  while (done < ctx->blob_len) {
-    ssize_t n = write(fd, ctx->blob + done, ctx->blob_len - done);
+  while (done < layout->library_len) {
+    ssize_t n = write(fd, bytes + done, layout->library_len - done);
     if (n <= 0) break;
     done += (size_t)n;
   }
   close(fd);
   TVMFFIObjectHandle lib = NULL;
-  if (done != ctx->blob_len) {
+  if (done != layout->library_len) {
     WHY("cannot write the blob to %s", path);
   } else {
     TVMFFIAny arg = str_arg(path), out;
@@ -148,6 +152,8 @@ static TVMFFIObjectHandle load_blob(const nx_context* ctx, char* why, size_t why
   return lib;
 }
 
+static TVMFFIObjectHandle constant_tensor(const unsigned char* blob, const nx_constant* c, char* why, size_t why_len);
+
 nx_kernel* kernel_load(const nx_context* ctx, char* why, size_t why_len) {
   if (tvm_runtime_init(why, why_len)) return NULL;
   nx_kernel* k = calloc(1, sizeof *k);
@@ -159,7 +165,20 @@ nx_kernel* kernel_load(const nx_context* ctx, char* why, size_t why_len) {
   k->output_types = malloc((ctx->num_outputs ? ctx->num_outputs : 1) * sizeof(int32_t));
   if (!k->name || !k->output_types) { WHY("out of memory"); goto fail; }
   memcpy(k->output_types, ctx->output_types, ctx->num_outputs * sizeof(int32_t));
-  if (!(k->lib = load_blob(ctx, why, why_len))) goto fail;
+  nx_layout layout;
+  if (blob_layout(ctx->blob, ctx->blob_len, &layout, why, why_len)) goto fail_layout;
+  if (layout.num_constants && !(k->constants = calloc(layout.num_constants, sizeof(TVMFFIObjectHandle)))) {
+    WHY("out of memory");
+    goto fail_layout;
+  }
+  for (; k->num_constants < layout.num_constants; k->num_constants++) {
+    TVMFFIObjectHandle c = constant_tensor(ctx->blob, &layout.constants[k->num_constants], why, why_len);
+    if (!c) goto fail_layout;
+    k->constants[k->num_constants] = c;
+  }
+  k->lib = load_library(ctx, &layout, why, why_len);
+  layout_free(&layout);
+  if (!k->lib) goto fail;
 
   TVMFFIObjectHandle f = get_function(k->lib, "vm_load_executable", why, why_len);
   if (!f) goto fail;
@@ -179,6 +198,8 @@ nx_kernel* kernel_load(const nx_context* ctx, char* why, size_t why_len) {
 
   if (!(k->main = get_function(k->vm, "main", why, why_len))) goto fail;
   return k;
+fail_layout:
+  layout_free(&layout);
 fail:
   kernel_free(k);
   return NULL;
@@ -189,6 +210,8 @@ void kernel_free(nx_kernel* k) {
   if (k->main) TVMFFIObjectDecRef(k->main);
   if (k->vm) TVMFFIObjectDecRef(k->vm);
   if (k->lib) TVMFFIObjectDecRef(k->lib);
+  for (size_t i = 0; i < k->num_constants; i++) TVMFFIObjectDecRef(k->constants[i]);
+  free(k->constants);
   pthread_mutex_destroy(&k->lock);
   free(k->output_types);
   free(k->name);
@@ -268,6 +291,32 @@ static TVMFFIObjectHandle wrap_input(const OrtApi* api, const OrtValue* value, c
   if (TVMFFITensorFromDLPack(&v->managed, 0, 0, &h)) {
     input_view_deleter(&v->managed); /* not taken: it failed before owning the view */
     ffi_error("wrapping an input", why, why_len);
+    return NULL;
+  }
+  return h;
+}
+
+/* A lifted constant as a TVM tensor over an aligned copy of its bytes in the blob; the caller owns it. */
+static TVMFFIObjectHandle constant_tensor(const unsigned char* blob, const nx_constant* c, char* why, size_t why_len) {
+  input_view* v = calloc(1, sizeof(input_view) + (c->ndim ? (size_t)c->ndim : 1) * sizeof(int64_t));
+  size_t cap = (c->nbytes + NXRT_ALIGNMENT - 1) / NXRT_ALIGNMENT * NXRT_ALIGNMENT;
+  if (!v || !(v->staged = aligned_alloc(NXRT_ALIGNMENT, cap ? cap : NXRT_ALIGNMENT))) {
+    free(v);
+    WHY("out of memory");
+    return NULL;
+  }
+  memcpy(v->staged, blob + c->offset, c->nbytes);
+  memcpy(v->shape, c->shape, (size_t)c->ndim * sizeof(int64_t));
+  v->managed.dl_tensor.data = v->staged;
+  v->managed.dl_tensor.device.device_type = kDLCPU;
+  v->managed.dl_tensor.ndim = c->ndim;
+  v->managed.dl_tensor.dtype = c->dtype;
+  v->managed.dl_tensor.shape = v->shape;
+  v->managed.deleter = input_view_deleter;
+  TVMFFIObjectHandle h = NULL;
+  if (TVMFFITensorFromDLPack(&v->managed, 0, 0, &h)) {
+    input_view_deleter(&v->managed);
+    ffi_error("wrapping a constant", why, why_len);
     return NULL;
   }
   return h;
@@ -390,7 +439,7 @@ int kernel_run(nx_kernel* k, const OrtApi* api, OrtKernelContext* kc, char* why,
   if (n_in != k->num_inputs || n_out != k->num_outputs)
     return WHY("partition %s takes %zu inputs and %zu outputs, ORT gave %zu and %zu", k->name, k->num_inputs,
                k->num_outputs, n_in, n_out);
-  TVMFFIAny* args = calloc(n_in ? n_in : 1, sizeof(TVMFFIAny));
+  TVMFFIAny* args = calloc(n_in + k->num_constants + 1, sizeof(TVMFFIAny));
   if (!args) return WHY("out of memory");
   int rc = 0;
   size_t wrapped = 0;
@@ -406,8 +455,9 @@ int kernel_run(nx_kernel* k, const OrtApi* api, OrtKernelContext* kc, char* why,
   }
   TVMFFIAny result = none();
   if (!rc) {
+    for (size_t i = 0; i < k->num_constants; i++) args[n_in + i] = object_arg(k->constants[i]); /* borrowed */
     pthread_mutex_lock(&k->lock);
-    rc = call(k->main, args, (int)n_in, &result, k->name, why, why_len);
+    rc = call(k->main, args, (int)(n_in + k->num_constants), &result, k->name, why, why_len);
     pthread_mutex_unlock(&k->lock);
   }
   for (size_t i = 0; i < wrapped; i++) release_any(&args[i]);

@@ -89,6 +89,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from blobs import lying_index
 from onnx import TensorProto as T
 from onnx import helper as h
 from parity import ort_run
@@ -313,7 +314,7 @@ def test_output_type_contradicting_inference_is_refused():
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("embedded") / "ctx.onnx"
-    nx.compile_model(model_zoo.unsupported_op(), out, embed=True, progress=False)
+    nx.compile_model(model_zoo.mlp(batch=4), out, embed=True, progress=False)  # weights: a packed blob
     return out
 
 
@@ -334,6 +335,8 @@ def _forge(path: Path, out: Path, mode: str) -> None:
         new = blob[: len(blob) // 2]
     elif mode == "zeroed":
         new = blob[:4096] + b"\0" * (len(blob) - 4096)
+    elif mode == "index":
+        new = lying_index(blob)
     else:
         raise ValueError(mode)
     attrs["ep_cache_context"].s = new
@@ -376,10 +379,10 @@ def _survived(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return proc
 
 
-@pytest.mark.parametrize("mode", ["garbage", "truncated", "zeroed"])
+@pytest.mark.parametrize("mode", ["garbage", "truncated", "zeroed", "index"])
 def test_forged_blob(embedded, tmp_path, mode):
-    """sha256/size rewritten with the blob: refused by the
-    ELF checks before dlopen (which would SIGBUS/SIGSEGV)."""
+    """sha256/size rewritten with the blob: refused by the ELF checks before dlopen (which would
+    SIGBUS/SIGSEGV), or by the packed index's checks before a constant is read past the blob's end."""
     out = tmp_path / f"{mode}.onnx"
     _forge(embedded, out, mode)
     proc = _survived(_LOAD_IN_CHILD.format(root=str(ROOT), path=str(out)), timeout=300)

@@ -22,6 +22,7 @@ from nxrt_tvm.frontend import EARLIER_VERSIONS, convert_map, import_onnx, parse_
 from nxrt_tvm.graph.model import ValueInfo
 from nxrt_tvm.lower.build import build_executable
 from nxrt_tvm.lower.target import make_target
+from nxrt_tvm.runtime.artifact import Library
 from nxrt_tvm.runtime.kernel import TvmKernel
 
 TVM = "TvmExecutionProvider"
@@ -192,7 +193,7 @@ def _guarded_kernel(case: str):
         ValueInfo("i", T.INT32 if idtype is np.int32 else T.INT64, tuple(ishape)),
     ]
     ins += [ValueInfo("u", T.FLOAT, (1, 3))] if extra else []
-    kernel = TvmKernel(ex, DeviceId(DeviceType.CPU, 0), "k", ins, [ValueInfo("y", T.FLOAT, None)])
+    kernel = TvmKernel(Library(ex), DeviceId(DeviceType.CPU, 0), "k", ins, [ValueInfo("y", T.FLOAT, None)])
     return model, kernel, idtype
 
 

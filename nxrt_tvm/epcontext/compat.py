@@ -15,7 +15,7 @@ import tvm
 
 from ..api.errors import ContextIntegrityError, ContextTargetMismatch, ContextVersionMismatch
 from ..lower.target import cpu_features, host_arch, host_cpu, requires_hardware
-from ..runtime.elf import elf_problem
+from ..runtime.artifact import blob_problem
 from .record import FAT_FORMAT_VERSION, FORMAT_VERSION, BlobVariant, EpContext, sha256_hex
 from .variants import choose_variant, closeness
 
@@ -84,7 +84,7 @@ def check_loadable(ctx: EpContext, target: tvm.target.Target) -> EpContext:
         _check_gpu(name, ctx)
     else:
         _check_cpu(name, ctx)
-    problem = elf_problem(ctx.blob, host_arch())
+    problem = blob_problem(ctx.blob)
     if (
         problem is not None
     ):  # sha256 and size agree with notes that were rewritten with the blob: a forged artifact

@@ -16,11 +16,12 @@ __all__ = [
     "sha256_hex",
 ]
 
-#: Version of what nxrt-tvm writes into EPContext nodes (blob layout and `notes` schema).
-FORMAT_VERSION = 1
+#: Version of what nxrt-tvm writes into EPContext nodes (blob layout and `notes` schema). 3: a blob may be
+#: packed with the constants lifted out of its library (`runtime.artifact`); 1 and 2 held the library alone.
+FORMAT_VERSION = 3
 #: A node holding one blob per CPU target ("fat"): its blob is the variants' bytes one after another,
-#: described by `notes.variants`. A reader of format 1 alone refuses it instead of loading the bundle.
-FAT_FORMAT_VERSION = 2
+#: described by `notes.variants`. A reader of format 3 alone refuses it instead of loading the bundle.
+FAT_FORMAT_VERSION = 4
 
 
 def sha256_hex(data: bytes) -> str:

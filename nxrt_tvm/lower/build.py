@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
+import numpy as np
 import onnx
 import tvm
 from tvm import relax
@@ -197,21 +198,24 @@ def build_executable(
     lowering: Lowering = Lowering(),
     variants: list[KernelVariant] | None = None,
     codegen: ShardCodegen | None = None,
+    constants: list[np.ndarray] | None = None,
 ) -> relax.VMExecutable:
     """Run the lowering pipeline and build for `target` (`variants` collects each kernel's implementation).
 
     With `codegen` (CPU targets), the kernels are split into up to `codegen.jobs` modules, all built by it
     while this process links the VM executable: the executable then runs only once exported with their
-    objects (`runtime.artifact.export_executable`)."""
+    objects (`runtime.artifact.export_executable`). With `constants` (CPU targets), the large constants
+    are lifted out of the executable into that list: its `main` takes them after its inputs."""
     take_failure()  # drop one left by a strict-mode failure that reached its caller directly (tuning's rules)
     try:
         with phase("lower"):  # steps marked by the pipeline: relax passes, schedules, codegen
+            pipeline = lowering_pipeline(target, lowering, variants, constants)
             if codegen is not None and target.kind.name == "llvm":
-                return _build_sharded(mod, target, lowering_pipeline(target, lowering, variants), codegen)
+                return _build_sharded(mod, target, pipeline, codegen)
             return tvm.compile(
                 mod,
                 target,
-                relax_pipeline=lowering_pipeline(target, lowering, variants),
+                relax_pipeline=pipeline,
                 tir_pipeline=tir_pipeline_for(target),
             )
     except InternalError:
@@ -260,16 +264,17 @@ def compile_partition(
     weights: Sequence[str] = (),
     variants: list[KernelVariant] | None = None,
     codegen: ShardCodegen | None = None,
+    constants: list[np.ndarray] | None = None,
 ) -> relax.VMExecutable:
     """Extract, import and build one node set (`weights` as trailing inputs, see `partition_model`;
-    `codegen`: see `build_executable`)."""
+    `codegen`, `constants`: see `build_executable`)."""
     with native_log_to_logging():
         try:
             with phase("extract"):
                 model = partition_model(graph, nodes, name, weights)
             with phase("relax import"):
                 mod = import_onnx(model)
-            return build_executable(mod, target, lowering, variants, codegen)
+            return build_executable(mod, target, lowering, variants, codegen, constants)
         except CompileFailed as exc:
             message = str(exc)  # keep the text only: the traceback pins TVM objects that log when freed
         gc.collect()  # free them here, while their destructors' warnings are still captured

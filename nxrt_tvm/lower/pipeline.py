@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import tvm
 from tvm import relax, s_tir
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
@@ -29,6 +30,7 @@ from ..api.kernel import KernelVariant
 from ..timing import mark_phase
 from . import schedules
 from .fold_constants import with_bulk_folding
+from .lift_constants import lift_constants
 from .named_sizes import NameCompoundSizes
 from .reshape_views import ReshapeKernelsAsViews, legalize_reshape
 from .schedules.base import RULE_ATTR
@@ -327,11 +329,15 @@ def _record(variants: list[KernelVariant]) -> tvm.transform.Pass:
 
 
 def lowering_passes(
-    target: tvm.target.Target, lowering: Lowering = Lowering(), variants: list[KernelVariant] | None = None
+    target: tvm.target.Target,
+    lowering: Lowering = Lowering(),
+    variants: list[KernelVariant] | None = None,
+    constants: list[np.ndarray] | None = None,
 ) -> list[tvm.transform.Pass]:
     """Every pass that turns an imported Relax module into a buildable one, in order.
 
-    With `variants`, the list is filled with which implementation each kernel got.
+    With `variants`, the list is filled with which implementation each kernel got; with `constants` (CPU
+    targets), with the large constants lifted out of the module into parameters (`lift_constants`).
     """
     backend = _backend(target)
     _, schedule = schedule_phase(target, lowering.schedule_passes, lowering.conv_algorithm)
@@ -352,6 +358,7 @@ def lowering_passes(
         _empty_constants_allocated(),  # after the last FoldConstant
         *backend.dataflow_lower_passes(target),
         *backend.finalize_passes(target),
+        *([lift_constants(constants)] if constants is not None and target.kind.name == "llvm" else []),
         _step("codegen"),  # what tvm.compile does after this pipeline: VM code, TIR passes, LLVM
     ]
 
@@ -368,13 +375,16 @@ def _step(name: str) -> tvm.transform.Pass:
 
 
 def lowering_pipeline(
-    target: tvm.target.Target, lowering: Lowering = Lowering(), variants: list[KernelVariant] | None = None
+    target: tvm.target.Target,
+    lowering: Lowering = Lowering(),
+    variants: list[KernelVariant] | None = None,
+    constants: list[np.ndarray] | None = None,
 ) -> tvm.transform.Pass:
     """`lowering_passes` as one module pass, run inside the target's scope (the schedule passes read it)."""
 
     @tvm.transform.module_pass(opt_level=0, name="nxrt_tvm.lowering")
     def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         with target:
-            return tvm.transform.Sequential(lowering_passes(target, lowering, variants))(mod)
+            return tvm.transform.Sequential(lowering_passes(target, lowering, variants, constants))(mod)
 
     return _pipeline

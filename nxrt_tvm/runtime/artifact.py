@@ -1,33 +1,71 @@
-"""Compiled modules as bytes: the blob inside an EPContext node, and back.
+"""Compiled modules as bytes: the blob inside an EPContext node or a compile-cache entry, and back.
 
-The blob is the shared library `export_library` writes (code, constants and
-the Relax VM bytecode in one file). Loading one loads native code, so callers
-check it first (see `epcontext.compat`).
+A blob is the shared library `export_library` writes (code, VM bytecode, small constants), packed with
+the large constants the build lifted out of it (`lower.lift_constants`): a magic, an index (JSON), then
+the library and each constant at 64-byte aligned offsets. A build with nothing lifted (CUDA, a model
+without weights) is the library alone. The plugin (`plugin/pack.c`) reads the same layout. Loading a
+blob loads native code, so callers check it first (see `epcontext.compat`); its index is checked here.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
 import shutil
+import struct
 import tempfile
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import tvm
 from tvm import relax
 
 from ..api.errors import CompileInterrupted, EpLoadFailed
+from ..lower.lift_constants import LIFTABLE_DTYPES
 from ..lower.target import host_arch
 from .elf import elf_problem
 
-__all__ = ["export_executable", "load_executable"]
+__all__ = ["Library", "blob_problem", "export_executable", "load_executable"]
+
+PACKED_MAGIC = b"NXRTPKD\x01"  #: a packed blob's first bytes (a library alone starts b"\x7fELF")
+_INDEX_SIZE = struct.Struct("<Q")
+_ALIGN = 64
 
 
-def export_executable(executable: relax.VMExecutable, objects: Sequence[str] = ()) -> bytes:
-    """The shared library of a compiled partition, as bytes (links with the system C++ compiler); with
-    the `objects` of its kernels built elsewhere (`runtime.codegen`)."""
+@dataclass(frozen=True)
+class Library:
+    """A compiled partition ready to run: its VM executable (built here, or loaded from a blob) and the
+    constants lifted out of it, which every call of `main` passes after its inputs."""
+
+    module: relax.VMExecutable | tvm.runtime.Module
+    constants: tuple[tvm.runtime.Tensor, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def of(
+        cls, module: relax.VMExecutable | tvm.runtime.Module, constants: Sequence[np.ndarray]
+    ) -> "Library":
+        """`module` with its lifted `constants` copied into TVM tensors (aligned as kernels assume)."""
+        return cls(module, tuple(tvm.runtime.tensor(c) for c in constants))
+
+    def blob(self) -> bytes:
+        """This library as a blob (an executable built with its kernels' code in it)."""
+        return export_executable(self.module, constants=[c.numpy() for c in self.constants])
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+def export_executable(
+    executable: relax.VMExecutable, objects: Sequence[str] = (), constants: Sequence[np.ndarray] = ()
+) -> bytes:
+    """The blob of a compiled partition: its shared library (linked by the system C++ compiler, with the
+    `objects` of its kernels built elsewhere: `runtime.codegen`), packed with its lifted `constants`."""
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         raise CompileInterrupted(
             "exporting a compiled partition needs a C++ compiler "
@@ -36,7 +74,72 @@ def export_executable(executable: relax.VMExecutable, objects: Sequence[str] = (
     with tempfile.TemporaryDirectory(prefix="nxrt-tvm-export-") as tmp:
         path = Path(tmp) / "partition.so"
         executable.export_library(str(path), addons=list(objects))
-        return path.read_bytes()
+        library = path.read_bytes()
+    return _pack(library, constants) if constants else library
+
+
+def _pack(library: bytes, constants: Sequence[np.ndarray]) -> bytes:
+    """The magic, the index's size and the index, then from the next aligned offset (the data's start)
+    the library and each constant; the index gives offsets from the data's start."""
+    arrays = [np.ascontiguousarray(c) for c in constants]
+    entries, end = [], _aligned(len(library))
+    for array in arrays:
+        entries.append([end, array.dtype.name, list(array.shape)])
+        end = _aligned(end + array.nbytes)
+    index = json.dumps({"library": len(library), "constants": entries}).encode()
+    head = PACKED_MAGIC + _INDEX_SIZE.pack(len(index)) + index
+    start = _aligned(len(head))
+    out = bytearray(start + end)
+    out[: len(head)] = head
+    out[start : start + len(library)] = library
+    for (offset, _, _), array in zip(entries, arrays):
+        out[start + offset : start + offset + array.nbytes] = memoryview(array.reshape(-1).view(np.uint8))
+    return bytes(out)
+
+
+class _Malformed(ValueError):
+    """A packed blob's index describes parts that are not there."""
+
+
+def _unpack(blob: bytes) -> tuple[bytes, list[np.ndarray]]:
+    """The library of a blob and its constants (views into the blob), its index checked first: a
+    malformed one raises `_Malformed`, never reads past the blob's end."""
+    if not blob.startswith(PACKED_MAGIC):
+        return blob, []
+    view, at = memoryview(blob), len(PACKED_MAGIC) + _INDEX_SIZE.size
+    if len(view) < at:
+        raise _Malformed("its header is truncated")
+    (size,) = _INDEX_SIZE.unpack_from(view, len(PACKED_MAGIC))
+    if at + size > len(view):
+        raise _Malformed("its index runs past its end")
+    try:
+        index = json.loads(bytes(view[at : at + size]))
+        library_size = int(index["library"])
+        entries = [(int(o), str(d), tuple(int(n) for n in shape)) for o, d, shape in index["constants"]]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise _Malformed(f"its index is unreadable: {exc}") from None
+    data = view[_aligned(at + size) :]
+    if not 0 < library_size <= len(data):
+        raise _Malformed(f"its library of {library_size} bytes does not fit in it")
+    arrays = []
+    for offset, dtype, shape in entries:
+        if dtype not in LIFTABLE_DTYPES or any(n < 0 for n in shape):
+            raise _Malformed(f"a constant of type {dtype!r} and shape {shape}")
+        count = math.prod(shape)
+        if offset < library_size or offset + count * np.dtype(dtype).itemsize > len(data):
+            raise _Malformed("a constant lies outside its data")
+        arrays.append(np.frombuffer(data, dtype, count, offset).reshape(shape))
+    return bytes(data[:library_size]), arrays
+
+
+def blob_problem(blob: bytes) -> str | None:
+    """What makes `blob` unsafe to load on this host (an index describing parts that are not there, a
+    library dlopen would crash on: see `runtime.elf`), or None."""
+    try:
+        library, _ = _unpack(blob)
+    except _Malformed as exc:
+        return f"its packed index is malformed: {exc}"
+    return elf_problem(library, host_arch())
 
 
 def _scratch_dir() -> str | None:
@@ -47,38 +150,40 @@ def _scratch_dir() -> str | None:
 
 
 #: every library this process loaded, by the sha256 of its bytes (see `load_executable`)
-_LOADED: dict[str, tvm.runtime.Module] = {}
+_LOADED: dict[str, Library] = {}
 _LOADED_LOCK = threading.Lock()
 
 
-def load_executable(blob: bytes, name: str, sha256: str | None = None) -> tvm.runtime.Module:
+def load_executable(blob: bytes, name: str, sha256: str | None = None) -> Library:
     """Load a blob made by `export_executable` (`sha256`: its digest, where the caller checked it).
 
     TVM never unloads a library (its functions stay registered), so a blob is loaded once per process:
-    loading the same bytes again (a second session of a model) shares the first load's module, where a
-    new load would map another copy of its code and weights for the process's life. Sessions share
-    only the read-only module; each makes its own VM. Malformed ELF is refused before dlopen, which
-    would crash on it (see `runtime.elf`).
+    loading the same bytes again (a second session of a model) shares the first load's module and
+    constants, where a new load would map another copy of its code and weights for the process's life.
+    Sessions share only read-only state; each makes its own VM. Malformed ELF is refused before dlopen,
+    which would crash on it (see `runtime.elf`).
     """
     digest = sha256 or hashlib.sha256(blob).hexdigest()
     with _LOADED_LOCK:
-        module = _LOADED.get(digest)
-        if module is None:
-            module = _LOADED[digest] = _load(blob, name)
-    return module
+        library = _LOADED.get(digest)
+        if library is None:
+            library = _LOADED[digest] = _load(blob, name)
+    return library
 
 
-def _load(blob: bytes, name: str) -> tvm.runtime.Module:
-    """dlopen `blob` from a temp file, unlinked once it is mapped."""
-    problem = elf_problem(blob, host_arch())
+def _load(blob: bytes, name: str) -> Library:
+    """dlopen the blob's library from a temp file, unlinked once it is mapped; copy its constants out."""
+    problem = blob_problem(blob)
     if problem is not None:
         raise EpLoadFailed(name, f"the compiled partition is not a loadable shared library: {problem}")
+    library, constants = _unpack(blob)
     fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so", dir=_scratch_dir())
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        return tvm.runtime.load_module(path)
+            f.write(library)
+        module = tvm.runtime.load_module(path)
     except Exception as exc:
         raise EpLoadFailed(name, f"TVM could not load the compiled partition: {exc}") from exc
     finally:
         os.unlink(path)
+    return Library.of(module, constants)

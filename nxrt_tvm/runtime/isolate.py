@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..api.errors import CompileFailed, CompileInterrupted, InternalError
+from ..lower.strict import raised_by_us, strict
 
 __all__ = ["fork_available", "freeze_inherited", "run_isolated", "start_isolated", "Isolated"]
 
@@ -86,7 +87,12 @@ def _child(fn: Callable[[], object], write_fd: int, parent: int) -> None:
         except InternalError as exc:  # a bug of ours (strict mode): loud in the parent too
             payload = pickle.dumps(("internal", str(exc)))
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as text
-            payload = pickle.dumps(("failed", f"{type(exc).__name__}: {exc}"))
+            # in strict mode an exception our own code raised (not TVM through it) is a bug: loud too
+            text = f"{type(exc).__name__}: {exc}"
+            if strict() and raised_by_us(exc):
+                payload = pickle.dumps(("internal", f"nxrt-tvm bug: {text}"))
+            else:
+                payload = pickle.dumps(("failed", text))
         view = memoryview(payload)
         while view:
             view = view[os.write(write_fd, view) :]

@@ -20,6 +20,7 @@ from ..api.tensor import ALIGNMENT, TensorView, aligned_empty
 from ..frontend import GuardFailure, parse_guard_failure
 from ..graph.model import ValueInfo
 from ..lower.target import tvm_device
+from .artifact import Library
 
 __all__ = ["TvmKernel", "POOL_THREADS", "use_threads"]
 
@@ -107,14 +108,14 @@ def _unaliased(value: object, staged: Sequence[_Staged]) -> object:
 class TvmKernel(Kernel):
     """Runs one compiled partition; one VM per thread, since a VM keeps per-call state.
 
-    `module` is a freshly built executable or a module loaded from `blob`, or None
-    where this host cannot load it (CUDA code and no GPU: `prepare` says so);
-    `weights` (weightless builds) are appended to every call's arguments.
+    `library` is a freshly built executable or one loaded from `blob`, or None where this host cannot
+    load it (CUDA code and no GPU: `prepare` says so). Every call passes its inputs, then `weights`
+    (weightless builds), then the library's lifted constants.
     """
 
     def __init__(
         self,
-        module: relax.VMExecutable | tvm.runtime.Module | None,
+        library: Library | None,
         device: DeviceId,
         name: str,
         inputs: Sequence[ValueInfo],
@@ -123,7 +124,8 @@ class TvmKernel(Kernel):
         blob: bytes | None = None,
         variants: Sequence[KernelVariant] = (),
     ):
-        self.module = module
+        self.library = library
+        self.module = None if library is None else library.module
         self.blob = blob  # the exported library, when this kernel came from (or went to) one
         self._variants = list(variants)
         self.device = device
@@ -133,7 +135,8 @@ class TvmKernel(Kernel):
         self.input_names = tuple(i.name for i in inputs)
         self.output_names = tuple(o.name for o in outputs)
         self.weight_names = tuple(n for n, _ in weights)
-        self._weights = [t for _, t in weights]
+        #: what every call passes after its inputs
+        self._tail = [t for _, t in weights] + list(library.constants if library is not None else ())
         self._output_dtypes = tuple(o.dtype for o in outputs)
         self._result_dtypes: list[np.dtype | None] = [None] * len(outputs)  # see `_as_view`
         self._tvm_device = tvm_device(device)
@@ -174,7 +177,7 @@ class TvmKernel(Kernel):
                 used.append(staged)
             args.append(tensor)
         try:
-            result = main(*args, *self._weights)
+            result = main(*args, *self._tail)
         except Exception as exc:
             guard = parse_guard_failure(str(exc))
             if guard is not None:
@@ -234,7 +237,7 @@ class TvmKernel(Kernel):
         main = vm["main"]
         for _ in range(max(repeat, 1) + 1):
             runs.append({})
-            main(*args, *self._weights)
+            main(*args, *self._tail)
         timed = runs[1:]
         names = {name for run in timed for name in run}
         return {

@@ -43,6 +43,7 @@ from ..api.tensor import TensorView, aligned_empty
 from ..graph.extract import extract_model
 from ..graph.model import GraphView
 from ..timing import median_seconds
+from .artifact import Library
 from .kernel import TvmKernel, use_threads
 from .ort_session import ort_session
 
@@ -153,7 +154,7 @@ def ort_run_floor_us() -> float:
 
 
 def measure_partition(
-    graph: GraphView, nodes: Sequence[int], name: str, module: object, budget_s: float, threads: int = 0
+    graph: GraphView, nodes: Sequence[int], name: str, library: Library, budget_s: float, threads: int = 0
 ) -> PartitionTiming | None:
     """The partition timed on random inputs; None where it cannot be (an unknown rank or type, or a
     partition onnxruntime cannot run alone at representative sizes). With symbolic dims, the timing at
@@ -180,7 +181,7 @@ def measure_partition(
     else:
         return None
     kernel = TvmKernel(
-        module,
+        library,
         DeviceId(DeviceType.CPU, 0),
         name,
         [graph.info(i) for i in inputs],

@@ -14,6 +14,7 @@ from parity import DATA, assert_parity, ort_run
 import nxrt_tvm as nx
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.epcontext.loader import restore_sources
+from nxrt_tvm.epcontext.record import FORMAT_VERSION
 from nxrt_tvm.fileio import new_file_mode
 
 TVM = nx.EpId("TvmExecutionProvider")
@@ -60,7 +61,7 @@ def test_round_trip_loads_without_compiling(source, tmp_path, embed):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert attrs["source"] == b"TvmExecutionProvider" and attrs["embed_mode"] == int(embed)
         notes = json.loads(attrs["notes"])
-        assert notes["format_version"] == 1 and len(notes["sha256"]) == 64
+        assert notes["format_version"] == FORMAT_VERSION and len(notes["sha256"]) == 64
         if not embed:  # relative, beside the model
             assert (tmp_path / attrs["ep_cache_context"].decode()).is_file()
 

@@ -15,6 +15,7 @@ import nxrt_tvm as nx
 from nxrt_tvm.cli import main
 from nxrt_tvm.epcontext.codec import is_ep_context
 from nxrt_tvm.epcontext.compat import COMPATIBILITY_KEY, judge_compatibility
+from nxrt_tvm.epcontext.record import FAT_FORMAT_VERSION
 from nxrt_tvm.epcontext.signing import SignaturePolicy, generate_key, load_public_key, verify_artifacts
 from nxrt_tvm.lower.target import host_arch, host_cpu
 
@@ -61,7 +62,7 @@ def _loaded_variant(sess) -> str:
 
 def test_fat_node_holds_one_build_per_cpu(fat, source, feeds):
     notes = _notes(fat)
-    assert notes["format_version"] == 2
+    assert notes["format_version"] == FAT_FORMAT_VERSION
     assert [v["mcpu"] for v in notes["variants"]] == [GENERIC, host_cpu(), foreign_cpu()]
     ends = [v["offset"] + v["size"] for v in notes["variants"]]
     assert [v["offset"] for v in notes["variants"]] == [0, *ends[:-1]] and ends[-1] == notes["size"]
@@ -108,7 +109,7 @@ def test_edited_variant_record_is_refused(fat, tmp_path):
         nx.InferenceSession(out)
 
 
-def test_format_two_without_variants_is_refused(fat, tmp_path):
+def test_the_fat_format_without_variants_is_refused(fat, tmp_path):
     model = onnx.load(fat)
     notes_attr = next(
         a for n in model.graph.node if is_ep_context(n) for a in n.attribute if a.name == "notes"
@@ -118,7 +119,8 @@ def test_format_two_without_variants_is_refused(fat, tmp_path):
     notes_attr.s = json.dumps(notes).encode()
     out = tmp_path / "bare.onnx"
     onnx.save(model, out)
-    with pytest.raises(nx.ContextIntegrityError, match="format version 2 with 0 CPU variants"):
+    refused = f"format version {FAT_FORMAT_VERSION} with 0 CPU variants"
+    with pytest.raises(nx.ContextIntegrityError, match=refused):
         nx.InferenceSession(out)
 
 

@@ -14,6 +14,7 @@ from tvm import relax
 import nxrt_tvm as nx
 from nxrt_tvm.lower import fold_constants, precision, strict
 from nxrt_tvm.lower.schedules import matmul
+from nxrt_tvm.runtime import artifact
 
 OPTIONS = [{"compile_isolation": "none"}, {}]
 
@@ -113,3 +114,11 @@ def test_a_pass_returning_an_undefined_variable_fails_loudly_not_as_a_decline(mo
     broken = r"pass fold_constants.FoldConstantLayouts \(its output is ill-formed"
     with pytest.raises(nx.InternalError, match=broken):
         nx.InferenceSession(model_zoo.cnn(), provider_options=OPTIONS)
+
+
+def test_a_bug_of_ours_in_the_build_process_raises_in_strict_mode(monkeypatch):
+    """The isolated build runs our code too (the export packs the lifted weights): an exception it raises
+    is a bug, not "TVM cannot compile it" bisected into declines."""
+    monkeypatch.setattr(artifact, "_ALIGN", 0)  # the packer's own arithmetic fails
+    with pytest.raises(nx.InternalError, match=r"nxrt-tvm bug: ZeroDivisionError"):
+        nx.InferenceSession(model_zoo.mlp(batch=4))

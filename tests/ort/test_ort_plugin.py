@@ -21,10 +21,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from blobs import lying_index
 from onnx import helper
 
 import nxrt_tvm as nx
 from nxrt_tvm.epcontext.codec import is_ep_context
+from nxrt_tvm.epcontext.record import FAT_FORMAT_VERSION, FORMAT_VERSION
 from nxrt_tvm.ort import EP_NAME, build_plugin, session_options
 from nxrt_tvm.ort.cli import add_cli
 
@@ -175,15 +177,18 @@ def test_truncated_blob_is_declined(plugin_library, embedded_model, tmp_path, ca
     _assert_declined(_edited_copy(embedded_model, tmp_path, truncate), capfd, "truncated or replaced")
 
 
-@pytest.mark.parametrize("mode", ["truncated", "zeroed"])
+@pytest.mark.parametrize("mode", ["truncated", "zeroed", "index"])
 def test_forged_blob_is_declined_before_dlopen(plugin_library, embedded_model, tmp_path, capfd, mode):
-    """sha256 and size rewritten with the blob: the ELF
-    checks (as in Python) decline it; dlopen would crash ORT."""
+    """sha256 and size rewritten with the blob: the ELF checks (as in Python) decline it, as the packed
+    index's checks do a constant placed past the blob's end; dlopen or the copy would crash ORT."""
 
     def forge(model):
         node = _context_nodes(model)[0]
         blob = _attr(node, "ep_cache_context")
-        blob = blob[: len(blob) // 2] if mode == "truncated" else blob[:4096] + b"\0" * (len(blob) - 4096)
+        if mode == "index":
+            blob = lying_index(blob)
+        else:
+            blob = blob[: len(blob) // 2] if mode == "truncated" else blob[:4096] + b"\0" * (len(blob) - 4096)
         _set_attr(node, "ep_cache_context", blob)
         notes = json.loads(_attr(node, "notes"))
         notes["sha256"], notes["size"] = hashlib.sha256(blob).hexdigest(), len(blob)
@@ -408,7 +413,7 @@ def test_fat_model_with_no_variant_for_this_host_is_declined(
     [
         (lambda notes, i: notes["variants"][i].update(sha256="0" * 64), "sha256 does not match"),
         (lambda notes, i: notes["variants"][i].update(offset=notes["size"] - 10), "blob is 10 bytes"),
-        (lambda notes, i: notes.pop("variants"), "format version 2 with 0 CPU variants listed"),
+        (lambda notes, i: notes.pop("variants"), f"format version {FAT_FORMAT_VERSION} with 0 CPU variants"),
         (lambda notes, i: notes["variants"][i].pop("offset"), "notes.variants is malformed"),
     ],
     ids=["variant-sha256", "variant-past-the-end", "no-variants", "malformed-variant"],
@@ -464,7 +469,7 @@ def test_compatibility_verdict_matches_python(plugin_library, fixture, expected,
 
 
 def _info(**change) -> str:
-    info = {"ep": "nxrt-tvm", "format_version": 1, "kind": "llvm", "tvm": "", "variants": []}
+    info = {"ep": "nxrt-tvm", "format_version": FORMAT_VERSION, "kind": "llvm", "tvm": "", "variants": []}
     import tvm
 
     info["tvm"] = tvm.__version__
@@ -478,7 +483,7 @@ def _info(**change) -> str:
         "{",
         json.dumps([]),
         _info(ep="other"),
-        _info(format_version=3),
+        _info(format_version=1),  # a library alone, before constants were packed with it
         _info(tvm="0.1.0"),
         _info(kind="cuda"),
         _info(variants=[]),

@@ -39,7 +39,7 @@ def test_kernels_built_in_shards_link_into_one_library(tmp_path, monkeypatch):
     executable, codegen = _built(model, tmp_path, jobs=3)
     assert len(codegen.objects) == 3 and all(os.path.getsize(p) > 0 for p in codegen.objects)
     vm = tvm.relax.VirtualMachine(
-        load_executable(export_executable(executable, codegen.objects), "cnn"), tvm.cpu()
+        load_executable(export_executable(executable, codegen.objects), "cnn").module, tvm.cpu()
     )
     feeds = model_zoo.make_inputs("cnn")
     logits = vm["main"](*(tvm.runtime.tensor(v) for v in feeds.values()))  # the model's one output

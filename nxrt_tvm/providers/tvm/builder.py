@@ -11,8 +11,8 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
+import numpy as np
 import tvm
 
 from ...api.claim import DeclineSignal, Rejected
@@ -26,7 +26,7 @@ from ...lower.build import check_shapes, compile_partition, locate_failure, part
 from ...lower.pipeline import Lowering, codegen_digest
 from ...lower.target import runtime_threads, tvm_device
 from ...partition.claims import partition_name
-from ...runtime.artifact import export_executable, load_executable
+from ...runtime.artifact import Library, export_executable, load_executable
 from ...runtime.codegen import ParallelCodegen
 from ...runtime.isolate import fork_available, run_isolated
 from ...runtime.measure import PartitionTiming
@@ -35,7 +35,8 @@ from .options import TvmOptions
 
 __all__ = ["PartitionBuilder"]
 
-Built = tuple[Any, "bytes | None"]  #: (module, blob): module None on a compile-only host (CUDA, no GPU)
+#: (library, blob): library None on a compile-only host (CUDA, no GPU), blob None for an in-process build
+Built = tuple["Library | None", "bytes | None"]
 
 
 def _build_rejected(message: str) -> DeclineSignal:
@@ -133,7 +134,7 @@ class PartitionBuilder:
                 culprit, message = self._locate(graph, group, name, attempt, str(failed))
         else:
             if key is not None:
-                blob = blob if blob is not None else export_executable(executable)
+                blob = blob if blob is not None else executable.blob()
                 meta = {
                     "partition": name,
                     "target": self.target.kind.name,
@@ -174,23 +175,23 @@ class PartitionBuilder:
             return culprit, f"{message} ({lost})" if culprit == guess else message
         return locate_failure(group, attempt)
 
-    def module(self, name: str) -> Any:
-        """The module of a partition proven this session (None on a compile-only host: CUDA, no GPU),
-        loading a cache hit's library on first use."""
-        module, blob = self.built[name]
+    def library(self, name: str) -> Library | None:
+        """The library of a partition proven this session (None on a compile-only host: CUDA, no GPU),
+        loading a cache hit's on first use."""
+        library, blob = self.built[name]
         sha256 = self._unloaded.pop(name, None)
         if sha256 is not None and blob is not None and self.device.exist:
             with phase("load"):
-                module = load_executable(blob, name, sha256)
-            self.built[name] = (module, blob)
-        return module
+                library = load_executable(blob, name, sha256)
+            self.built[name] = (library, blob)
+        return library
 
     def take(self, name: str) -> Built | None:
-        """A proven partition's (module, blob), handed over: the builder keeps it no longer."""
+        """A proven partition's (library, blob), handed over: the builder keeps it no longer."""
         if name not in self.built:
             return None
-        module = self.module(name)
-        return module, self.built.pop(name)[1]
+        library = self.library(name)
+        return library, self.built.pop(name)[1]
 
     def remembered_timing(self, name: str, threads: int = 0) -> tuple[bool, PartitionTiming | None]:
         """(found, timing) stored with a cached partition (the key holds the target, the pool's threads
@@ -219,14 +220,16 @@ class PartitionBuilder:
         weights: Sequence[str],
         variants: list[KernelVariant] | None,
     ) -> Built:
-        """(module, blob) of a node set: built in a forked child
+        """(library, blob) of a node set: built in a forked child
         and loaded here when isolated (blob set), else in process."""
         self.stats["builds"] += 1
         with phase("build"):
             if not self.isolate:
-                return compile_partition(
-                    graph, nodes, name, self.target, self.lowering, weights, variants
-                ), None
+                constants: list[np.ndarray] = []
+                executable = compile_partition(
+                    graph, nodes, name, self.target, self.lowering, weights, variants, constants=constants
+                )
+                return Library.of(executable, constants), None
 
             what = f"partition {name} ({len(nodes)} nodes)"
 
@@ -234,11 +237,12 @@ class PartitionBuilder:
                 notes: list[KernelVariant] = []
                 with record_phases() as times, tempfile.TemporaryDirectory(prefix="nxrt-tvm-codegen-") as tmp:
                     codegen = ParallelCodegen(self.jobs, tmp, self.timeout_s, what)
+                    constants: list[np.ndarray] = []
                     executable = compile_partition(
-                        graph, nodes, name, self.target, self.lowering, weights, notes, codegen
+                        graph, nodes, name, self.target, self.lowering, weights, notes, codegen, constants
                     )
                     with phase("export"):
-                        blob = export_executable(executable, codegen.objects)
+                        blob = export_executable(executable, codegen.objects, constants)
                 return blob, notes, {p: (s, times.calls[p]) for p, s in times.seconds.items()}
 
             blob, notes, times = run_isolated(child, what, self.timeout_s)

@@ -14,7 +14,7 @@ from ...epcontext.compat import check_loadable
 from ...epcontext.record import EpContext, TensorSignature, sha256_hex
 from ...epcontext.variants import describe_choice
 from ...lower.target import hardware_of
-from ...runtime.artifact import export_executable, load_executable
+from ...runtime.artifact import load_executable
 from ...runtime.kernel import TvmKernel
 from .weights import DeviceWeights
 
@@ -28,7 +28,7 @@ def context_of(
     tuning_digest: str,
     tuning_sources: tuple[str, ...] = (),
 ) -> EpContext:
-    blob = kernel.blob if kernel.blob is not None else export_executable(kernel.module)
+    blob = kernel.blob if kernel.blob is not None else kernel.library.blob()
     hardware, features = hardware_of(target)
     return EpContext(
         source=source,
@@ -59,13 +59,13 @@ def kernel_of(
     """Check the blob fits this host (raising `ContextRejected` before any native code loads),
     then load it."""
     loadable = check_loadable(context, target)
-    module = load_executable(loadable.blob, loadable.partition_name, loadable.sha256)
+    library = load_executable(loadable.blob, loadable.partition_name, loadable.sha256)
     chosen = []
     if context.variants:  # the plan says which build of a fat node runs here
         mcpu = loadable.hardware_architecture.split("/", 1)[-1]
         chosen = [KernelVariant(context.partition_name, f"cpu:{mcpu}", describe_choice(context, mcpu))]
     return TvmKernel(
-        module,
+        library,
         device,
         context.partition_name,
         [s.to_info() for s in context.inputs],

@@ -26,6 +26,7 @@ from ...partition.claims import make_claims, partition_name
 from ...partition.grouping import group_nodes
 from ...partition.node_context import NodeContext
 from ...partition.tvm_rules import FUNCTION_OPS, check_group, check_node
+from ...runtime.artifact import Library
 from ...runtime.dispatch import SizeDispatchKernel
 from ...runtime.kernel import TvmKernel
 from ...runtime.measure import measure_partition
@@ -170,11 +171,11 @@ class TvmExecutionProvider(ExecutionProvider):
         name, threads = partition_name(graph, group, "tvm"), self.config.intra_op_num_threads
         remembered, timing = self.builder.remembered_timing(name, threads)
         if not remembered and name in self.builder.built and self.device.type is DeviceType.CPU:
-            module = self.builder.module(name)
-            if module is not None:
+            library = self.builder.library(name)
+            if library is not None:
                 with phase("measure against onnxruntime"):
                     budget = self.options.cost_budget_s
-                    timing = measure_partition(graph, group, name, module, budget, threads)
+                    timing = measure_partition(graph, group, name, library, budget, threads)
                 self.builder.remember_timing(name, timing, threads)
         costs[group], slower = judge_cost(self.options.claim_policy, len(group), timing, remembered, whole)
         return slower
@@ -193,8 +194,10 @@ class TvmExecutionProvider(ExecutionProvider):
         )
 
     # -- compilation -----------------------------------------------------------------
-    def build(self, graph: GraphView, claim: SubgraphClaim) -> tuple[Any, tuple[str, ...], bytes | None]:
-        """The module for a claim, the weights it takes as
+    def build(
+        self, graph: GraphView, claim: SubgraphClaim
+    ) -> tuple[Library | None, tuple[str, ...], bytes | None]:
+        """The library for a claim, the weights it takes as
         inputs (weightless builds only), and its blob if known."""
         if self.config.compile_disabled:
             raise CompileDisabled(
@@ -243,10 +246,10 @@ class TvmExecutionProvider(ExecutionProvider):
             i, signal = min(problems.items())
             raise CompileFailed(f"{graph.nodes[i].op_type} {graph.nodes[i].name!r}: {signal.detail}")
         name = partition_name(graph, nodes, "tvm")
-        module, blob = self.builder.take(name)
+        library, blob = self.builder.take(name)
         inputs, outputs = graph.boundary(nodes)
         return TvmKernel(
-            module,
+            library,
             self.device,
             name,
             [graph.info(i) for i in inputs],
@@ -256,9 +259,9 @@ class TvmExecutionProvider(ExecutionProvider):
         )
 
     def _compile(self, graph: GraphView, claim: SubgraphClaim) -> TvmKernel:
-        module, weights, blob = self.build(graph, claim)
+        library, weights, blob = self.build(graph, claim)
         return TvmKernel(
-            module,
+            library,
             self.device,
             claim.name,
             [graph.info(i) for i in claim.inputs],

@@ -1,0 +1,72 @@
+"""Blobs: the library packed with the constants lifted out of it, loaded back to run as onnxruntime
+does; a packed index that lies is refused before anything is read through it."""
+
+from __future__ import annotations
+
+import json
+
+import model_zoo
+import numpy as np
+import pytest
+from blobs import lying_index
+from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
+from nxrt_tvm.api.device import DeviceId, DeviceType
+from nxrt_tvm.api.tensor import TensorView
+from nxrt_tvm.graph.model import load_model
+from nxrt_tvm.lower import build
+from nxrt_tvm.lower.lift_constants import LIFT_MIN_BYTES
+from nxrt_tvm.lower.target import make_target
+from nxrt_tvm.runtime.artifact import PACKED_MAGIC, Library, blob_problem, export_executable, load_executable
+from nxrt_tvm.runtime.kernel import TvmKernel
+
+MODEL = model_zoo.mlp(batch=4)  # fc1 (32 KiB) and fc2 (64 KiB) are lifted; fc3 (5 KiB) stays in the library
+FEEDS = {"x": np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)}
+
+
+def _build(constants: list[np.ndarray] | None):
+    graph = load_model(MODEL)
+    nodes = list(range(len(graph.nodes)))
+    return graph, build.compile_partition(graph, nodes, "mlp", make_target("llvm"), constants=constants)
+
+
+def _run(graph, library: Library) -> list[np.ndarray]:
+    kernel = TvmKernel(library, DeviceId(DeviceType.CPU, 0), "mlp", graph.inputs, graph.outputs)
+    return [v.numpy() for v in kernel.compute([TensorView(FEEDS["x"])])]
+
+
+def test_large_constants_leave_the_library_and_come_back_as_call_arguments():
+    constants: list[np.ndarray] = []
+    graph, executable = _build(constants)
+    assert len(constants) == 2 and all(c.nbytes >= LIFT_MIN_BYTES for c in constants)
+    blob = export_executable(executable, constants=constants)
+    assert blob.startswith(PACKED_MAGIC) and blob_problem(blob) is None
+    _, whole = _build(None)  # nothing lifted: the constants stay in the library
+    library_alone = export_executable(whole)
+    assert not library_alone.startswith(PACKED_MAGIC)
+    at = len(PACKED_MAGIC) + 8
+    index = json.loads(blob[at : at + int.from_bytes(blob[len(PACKED_MAGIC) : at], "little")])
+    assert index["library"] <= len(library_alone) - sum(c.nbytes for c in constants)  # not kept twice
+    loaded = load_executable(blob, "mlp")
+    assert [c.shape for c in loaded.constants] == [c.shape for c in constants]
+    expected = ort_run(MODEL, FEEDS)
+    assert_parity(_run(graph, loaded), expected)
+    assert_parity(_run(graph, Library.of(executable, constants)), expected)  # as built, before any export
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_sessions_pass_the_lifted_constants_in_either_build(isolation):
+    sess = nx.InferenceSession(MODEL, provider_options=[{"compile_isolation": isolation}, {}])
+    (kernel,) = sess._kernels
+    assert len(kernel.library.constants) == 2
+    assert_parity(sess.run(None, FEEDS), ort_run(MODEL, FEEDS))
+
+
+def test_a_packed_index_placing_a_constant_past_the_end_is_refused():
+    constants: list[np.ndarray] = []
+    _, executable = _build(constants)
+    forged = lying_index(export_executable(executable, constants=constants))
+    assert "its packed index is malformed: a constant lies outside its data" in blob_problem(forged)
+    with pytest.raises(nx.EpLoadFailed, match="not a loadable shared library: its packed index is malformed"):
+        load_executable(forged, "forged")
