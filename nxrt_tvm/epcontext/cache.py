@@ -130,11 +130,20 @@ class CompileCache:
 
     def get(self, key: str) -> CacheEntry | None:
         """The verified entry for `key`, or None on a miss (absent, vanished, or corrupt)."""
+        return self._read(key, _decode)
+
+    def meta(self, key: str) -> dict[str, Any] | None:
+        """The metadata stored under `key`, read without the blob (`get` reads and verifies that), or None
+        on a miss: what a partition needs to be judged (a remembered failure or timing) before its blob,
+        possibly hundreds of MB, is read and hashed."""
+        return self._read(key, _decode_meta)
+
+    def _read(self, key: str, decode: Any) -> Any:
         key = _check_key(key)
         path = self._path(key)
         try:
             with open(path, "rb") as f:
-                entry = _decode(key, f, os.fstat(f.fileno()).st_size)
+                entry = decode(key, f, os.fstat(f.fileno()).st_size)
                 if isinstance(entry, str):
                     log.warning("cache entry %s is corrupt (%s); deleting it", path, entry)
                     self._discard(path, os.fstat(f.fileno()))  # while open: the inode can't be reused
@@ -250,6 +259,23 @@ class CompileCache:
 
 def _decode(key: str, f: Any, size: int) -> CacheEntry | str:
     """Parse and verify one entry file; a string says why it is corrupt."""
+    header = _decode_header(key, f, size)
+    if isinstance(header, str):
+        return header
+    blob = f.read(header["size"])
+    if len(blob) != header["size"] or hashlib.sha256(blob).hexdigest() != header["sha256"]:
+        return "sha256 mismatch"
+    return CacheEntry(key, blob, header["meta"], header["sha256"])
+
+
+def _decode_meta(key: str, f: Any, size: int) -> dict[str, Any] | str:
+    """One entry file's metadata, its header checked (not its blob); a string says why it is corrupt."""
+    header = _decode_header(key, f, size)
+    return header if isinstance(header, str) else header["meta"]
+
+
+def _decode_header(key: str, f: Any, size: int) -> dict[str, Any] | str:
+    """The header of an entry file read to its end, checked against the key and the file's size."""
     head = f.read(_PREFIX)
     if len(head) < _PREFIX or not head.startswith(_MAGIC):
         return "bad magic or truncated header"
@@ -265,7 +291,6 @@ def _decode(key: str, f: Any, size: int) -> CacheEntry | str:
         return "header does not describe this key"
     if _PREFIX + hlen + blob_size != size:
         return f"size mismatch: header says {blob_size} blob bytes, file holds {size - _PREFIX - hlen}"
-    blob = f.read(blob_size)
-    if len(blob) != blob_size or hashlib.sha256(blob).hexdigest() != digest:
-        return "sha256 mismatch"
-    return CacheEntry(key, blob, meta, digest)
+    if not isinstance(digest, str):
+        return "header does not describe this key"
+    return header

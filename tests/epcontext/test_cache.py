@@ -92,6 +92,36 @@ def test_flipped_byte_is_warned_deleted_and_missed(tmp_path, caplog):
     _assert_corrupt_then_recovers(cache, k, caplog)
 
 
+def test_meta_reads_the_header_alone_and_get_still_verifies_the_blob(tmp_path, caplog):
+    cache = CompileCache(tmp_path)
+    k = key("meta")
+    cache.put(k, bytes(range(256)) * 40, {"m": 1})
+    path = entry_file(cache, k)
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0x01  # the blob damaged, the header intact
+    path.write_bytes(data)
+    assert cache.meta(k) == {"m": 1}  # what a partition is judged by, without reading 10 KB or 500 MB
+    _assert_corrupt_then_recovers(cache, k, caplog)
+    assert cache.meta(key("absent")) is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "header"])
+def test_meta_misses_an_entry_whose_header_does_not_fit_the_file(tmp_path, caplog, damage):
+    cache = CompileCache(tmp_path)
+    k = key(damage)
+    cache.put(k, b"payload" * 100, {"m": "x"})
+    path = entry_file(cache, k)
+    if damage == "truncated":
+        os.truncate(path, path.stat().st_size - 10)
+    else:
+        data = bytearray(path.read_bytes())
+        data[data.index(b'{"key"')] = ord("[")
+        path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        assert cache.meta(k) is None
+    assert "is corrupt" in caplog.text and not path.exists()
+
+
 def test_truncated_blob(tmp_path, caplog):
     cache = CompileCache(tmp_path)
     k = key("trunc")

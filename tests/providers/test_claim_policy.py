@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
+from nxrt_tvm.epcontext.cache import CompileCache
 from nxrt_tvm.graph.model import GraphView, load_model
 from nxrt_tvm.providers.tvm import builder
 from nxrt_tvm.providers.tvm.options import CLAIM_POLICY_ENV
@@ -255,7 +256,7 @@ def test_a_cached_build_without_a_timing_is_measured_once(default_policy, tmp_pa
     assert details[0] == details[1] and "claim_policy='auto'" in details[0]
 
 
-def test_a_cache_hit_declined_on_its_remembered_timing_never_loads_its_library(
+def test_a_cache_hit_declined_on_its_remembered_timing_never_reads_its_blob(
     default_policy, tmp_path, monkeypatch
 ):
     options = {"cache_dir": str(tmp_path), "schedule_passes": []}
@@ -264,12 +265,14 @@ def test_a_cache_hit_declined_on_its_remembered_timing_never_loads_its_library(
     monkeypatch.setattr(
         builder, "load_executable", lambda blob, name, *a: loads.append(name) or load(blob, name, *a)
     )
+    reads, get = [], CompileCache.get
+    monkeypatch.setattr(CompileCache, "get", lambda cache, key: reads.append(key) or get(cache, key))
     declined = nx.InferenceSession(_matmul(), provider_options=[options, {}])
     assert declined.provider(TVM).stats["cache_hits"] == 1
     assert [str(p.ep) for p in declined.plan.partitions] == ["CPUExecutionProvider"]
-    assert loads == []
+    assert loads == [] and reads == []  # the blob is not even read, let alone loaded
     kept = nx.InferenceSession(_matmul(), provider_options=[options | {"claim_policy": "all"}, {}])
-    assert kept.provider(TVM).stats["cache_hits"] == 1 and len(loads) == 1
+    assert kept.provider(TVM).stats["cache_hits"] == 1 and len(loads) == len(reads) == 1
     x = np.random.default_rng(5).standard_normal((256, 256)).astype(np.float32)
     assert_parity(kept.run(None, {"x": x}), ort_run(_matmul(), {"x": x}))
 

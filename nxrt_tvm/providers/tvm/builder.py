@@ -10,7 +10,7 @@ import json
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tvm
@@ -70,9 +70,9 @@ class PartitionBuilder:
             None if options.cache_dir is None else CompileCache(options.cache_dir, options.cache_max_bytes)
         )
         self.built: dict[str, Built] = {}
-        #: cache hits whose library is not loaded yet, with the blob's checked sha256: loaded on first use
-        #: (`module`), so a partition the cost policy declines on a remembered timing never loads it
-        self._unloaded: dict[str, str] = {}
+        #: cache hits whose blob is not read yet, each with how to read it: read, verified and loaded on
+        #: first use (`library`), so a partition the cost policy declines on a remembered timing never is
+        self._unloaded: dict[str, Callable[[], tuple[bytes, str | None]]] = {}
         #: per partition proven this session, its compile-cache key and the metadata stored under it
         self.entries: dict[str, tuple[str, dict]] = {}
         #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
@@ -98,21 +98,21 @@ class PartitionBuilder:
     def _prove(self, graph: GraphView, group: tuple[int, ...], name: str) -> dict[int, DeclineSignal]:
         with phase("cache lookup"):
             key = self.cache_key(graph, group, name) if self.cache is not None else None
-            entry = self.cache.get(key) if key is not None else None
+            meta = self.cache.meta(key) if key is not None else None
         order = sorted(group)
         if key is not None:
-            if entry is not None and "failure" in entry.meta:
-                failure = entry.meta["failure"]
+            if meta is not None and "failure" in meta:
+                failure = meta["failure"]
                 position = failure.get("position")
                 if isinstance(position, int) and 0 <= position < len(order):
                     if graph.nodes[order[position]].op_type == failure.get("op_type"):
                         self.stats["failures_remembered"] += 1
                         return {order[position]: _build_rejected(str(failure.get("message")))}
-            elif entry is not None:  # built and proven before; the cache verified its sha256
-                self.built[name] = (None, entry.blob)
-                self._unloaded[name] = entry.sha256
-                self.variants[name] = [KernelVariant(*v) for v in entry.meta.get("variants", [])]
-                self.entries[name] = (key, entry.meta)
+            elif meta is not None:  # built and proven before: its blob is read and verified on first use
+                self.built[name] = (None, None)
+                self._unloaded[name] = lambda: self._cached_blob(key, graph, group, name)
+                self.variants[name] = [KernelVariant(*v) for v in meta.get("variants", [])]
+                self.entries[name] = (key, meta)
                 self.stats["cache_hits"] += 1
                 return {}
         interrupted = False
@@ -179,12 +179,27 @@ class PartitionBuilder:
         """The library of a partition proven this session (None on a compile-only host: CUDA, no GPU),
         loading a cache hit's on first use."""
         library, blob = self.built[name]
-        sha256 = self._unloaded.pop(name, None)
-        if sha256 is not None and blob is not None and self.device.exist:
+        read = self._unloaded.pop(name, None)
+        if read is not None:
             with phase("load"):
-                library = load_executable(blob, name, sha256)
+                blob, sha256 = read()
+                library = load_executable(blob, name, sha256) if self.device.exist else None
             self.built[name] = (library, blob)
         return library
+
+    def _cached_blob(
+        self, key: str, graph: GraphView, group: tuple[int, ...], name: str
+    ) -> tuple[bytes, str | None]:
+        """The blob of a cache hit, verified; built again where the entry went bad or away since its
+        metadata was read (another process evicted it, a disk error)."""
+        entry = self.cache.get(key) if self.cache is not None else None
+        if entry is not None and entry.blob:
+            return entry.blob, entry.sha256
+        self.stats["cache_hits"] -= 1  # not a hit after all
+        library, blob = self.build(graph, group, name, (), None)
+        blob = blob if blob is not None else library.blob()
+        self.cache.put(key, blob, self.entries[name][1])
+        return blob, None
 
     def take(self, name: str) -> Built | None:
         """A proven partition's (library, blob), handed over: the builder keeps it no longer."""
