@@ -132,14 +132,21 @@ def _unpack(blob: bytes) -> tuple[bytes, list[np.ndarray]]:
     return bytes(data[:library_size]), arrays
 
 
-def blob_problem(blob: bytes) -> str | None:
-    """What makes `blob` unsafe to load on this host (an index describing parts that are not there, a
-    library dlopen would crash on: see `runtime.elf`), or None."""
+def _checked_parts(blob: bytes) -> tuple[bytes, list[np.ndarray]] | str:
+    """The library and constants of `blob`, or what makes it unsafe to load on this host (an index
+    describing parts that are not there, a library dlopen would crash on: see `runtime.elf`)."""
     try:
-        library, _ = _unpack(blob)
+        library, constants = _unpack(blob)
     except _Malformed as exc:
         return f"its packed index is malformed: {exc}"
-    return elf_problem(library, host_arch())
+    problem = elf_problem(library, host_arch())
+    return problem if problem is not None else (library, constants)
+
+
+def blob_problem(blob: bytes) -> str | None:
+    """What makes `blob` unsafe to load on this host, or None (`_checked_parts`)."""
+    parts = _checked_parts(blob)
+    return parts if isinstance(parts, str) else None
 
 
 def _scratch_dir() -> str | None:
@@ -173,10 +180,10 @@ def load_executable(blob: bytes, name: str, sha256: str | None = None) -> Librar
 
 def _load(blob: bytes, name: str) -> Library:
     """dlopen the blob's library from a temp file, unlinked once it is mapped; copy its constants out."""
-    problem = blob_problem(blob)
-    if problem is not None:
-        raise EpLoadFailed(name, f"the compiled partition is not a loadable shared library: {problem}")
-    library, constants = _unpack(blob)
+    parts = _checked_parts(blob)
+    if isinstance(parts, str):
+        raise EpLoadFailed(name, f"the compiled partition is not a loadable shared library: {parts}")
+    library, constants = parts
     fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so", dir=_scratch_dir())
     try:
         with os.fdopen(fd, "wb") as f:

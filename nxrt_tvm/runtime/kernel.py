@@ -125,7 +125,6 @@ class TvmKernel(Kernel):
         variants: Sequence[KernelVariant] = (),
     ):
         self.library = library
-        self.module = None if library is None else library.module
         self.blob = blob  # the exported library, when this kernel came from (or went to) one
         self._variants = list(variants)
         self.device = device
@@ -141,6 +140,11 @@ class TvmKernel(Kernel):
         self._result_dtypes: list[np.dtype | None] = [None] * len(outputs)  # see `_as_view`
         self._tvm_device = tvm_device(device)
         self._local = threading.local()
+
+    @property
+    def module(self) -> relax.VMExecutable | tvm.runtime.Module | None:
+        """The library's VM executable (None where this host cannot load it)."""
+        return None if self.library is None else self.library.module
 
     def variants(self) -> list[KernelVariant]:
         return list(self._variants)

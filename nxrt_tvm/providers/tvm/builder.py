@@ -39,6 +39,12 @@ __all__ = ["PartitionBuilder"]
 Built = tuple["Library | None", "bytes | None"]
 
 
+def _blob(built: Built) -> bytes:
+    """A build's blob: the one it came with (an isolated build), else its library exported."""
+    library, blob = built
+    return blob if blob is not None else library.blob()
+
+
 def _build_rejected(message: str) -> DeclineSignal:
     return DeclineSignal(
         Rejected.BUILD,
@@ -127,22 +133,22 @@ class PartitionBuilder:
 
         variants: list[KernelVariant] = []
         try:
-            executable, blob = attempt(list(group), variants)
+            built = attempt(list(group), variants)
         except CompileFailed as failed:
             self.stats["bisections"] += 1
             with phase("bisection"):
                 culprit, message = self._locate(graph, group, name, attempt, str(failed))
         else:
             if key is not None:
-                blob = blob if blob is not None else executable.blob()
+                built = (built[0], _blob(built))  # exported once: kept for the EPContext and the timing
                 meta = {
                     "partition": name,
                     "target": self.target.kind.name,
                     "variants": [[v.name, v.variant, v.reason] for v in variants],
                 }
-                self.cache.put(key, blob, meta)
+                self.cache.put(key, built[1], meta)
                 self.entries[name] = (key, meta)
-            self.built[name] = (executable, blob)
+            self.built[name] = built
             self.variants[name] = variants
             return {}
         if key is not None and not interrupted:
@@ -192,12 +198,11 @@ class PartitionBuilder:
     ) -> tuple[bytes, str | None]:
         """The blob of a cache hit, verified; built again where the entry went bad or away since its
         metadata was read (another process evicted it, a disk error)."""
-        entry = self.cache.get(key) if self.cache is not None else None
+        entry = self.cache.get(key)
         if entry is not None and entry.blob:
             return entry.blob, entry.sha256
         self.stats["cache_hits"] -= 1  # not a hit after all
-        library, blob = self.build(graph, group, name, (), None)
-        blob = blob if blob is not None else library.blob()
+        blob = _blob(self.build(graph, group, name, (), None))
         self.cache.put(key, blob, self.entries[name][1])
         return blob, None
 
