@@ -270,12 +270,14 @@ def parallel_outer(sch: s_tir.Schedule, loops: Sequence) -> None:
         if extent is None and work > 1:
             # Not fused with the static loops before it: TVM 0.27's index analysis fails a build on a
             # fused `4 * (2h - 1)` loop read through `% (2h - 1) // 2` (a symbolic ConvTranspose's
-            # dilated input), a failed check rather than a schedule error. It runs in parallel alone.
-            lead = [loop]
+            # dilated input), a failed check rather than a schedule error. It runs in parallel alone,
+            # unless symbolic loops lead already.
+            if all(extent_of(sch, outer) is not None for outer in lead):
+                lead = [loop]
             break
         lead.append(loop)
         if extent is None:
-            break
+            continue
         work *= extent
         if work >= _MIN_PARALLEL:
             break

@@ -92,7 +92,17 @@ def contraction_shape(sch: s_tir.Schedule, blocks: list) -> ContractionShape | N
     i_axis = rows[0] if rows else None
     if rows and not isinstance(stmt.iter_vars[rows[0]].dom.extent, tirx.IntImm):
         i_axis = next((k for k in rows if _whole_rows(stmt.iter_vars[k].dom.extent)), rows[0])
+        if _batch_rows(stmt.iter_vars[i_axis].dom.extent, i_axis):
+            i_axis = None
     return ContractionShape(info.block_rv, index, spatial, len(kinds) - spatial, i_axis)
+
+
+def _batch_rows(extent: tirx.Expr, axis: int) -> bool:
+    """Whether the row axis is a model's batch: the leading axis, a symbolic dim of its own that the tile
+    does not provably divide. It stays a loop around one-row tiles, not rows padded to a whole tile: at
+    batch 1, the common inference case, 8 padded rows did 8x the work (MobileNetV3's classifier, a
+    [batch, 1024] x [1024, 1000] dense layer: 106 us, against 42 us built for batch 1)."""
+    return axis == 0 and isinstance(extent, tirx.Var) and _ragged(extent, TILE_I)
 
 
 def _is_unit(extent: tirx.Expr) -> bool:
