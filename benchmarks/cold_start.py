@@ -8,7 +8,8 @@ compiling disabled; a session on the plain model hitting a warm compile cache;
 onnxruntime's own session creation. Each load is the first of a fresh process (a
 deployment starting; imports not counted), as is onnxruntime's; times are medians of
 --loads processes. "reload" is a second session of the embedded model in one process
-(a process loads a blob once). Also artifact sizes with and without weights (weightless blobs).
+(a process loads a blob once). Also artifact sizes with and without weights (weightless blobs), and
+what the imports left out cost: `import nxrt_tvm` against `import onnxruntime`, each in a fresh process.
 """
 
 from __future__ import annotations
@@ -73,6 +74,16 @@ def _fresh(kind: str, path: Path, loads: int, cache_dir: Path | None = None) -> 
     return sorted(times)[len(times) // 2]
 
 
+def _import_s(module: str, loads: int) -> float:
+    """Median over `loads` fresh processes of `import module`'s seconds."""
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    times = [
+        float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+        for _ in range(loads)
+    ]
+    return sorted(times)[len(times) // 2]
+
+
 def _size(files) -> int:
     return sum(Path(f).stat().st_size for f in files)
 
@@ -123,6 +134,7 @@ def main() -> None:
     if args.worker:
         _worker(*args.worker)
         return
+    imports = {module: _import_s(module, args.loads) for module in ("nxrt_tvm", "onnxruntime")}
     rows = []
     with tempfile.TemporaryDirectory(prefix="nxrt-cold-") as tmp:
         work = Path(tmp)
@@ -151,8 +163,12 @@ def main() -> None:
             f"| {mb(r['embedded_model_bytes'])} / {mb(r['external_blob_bytes'])} "
             f"/ {mb(r['weightless_blob_bytes'])} |"
         )
+    print(
+        f"imports (not in the loads above): nxrt_tvm {imports['nxrt_tvm'] * 1e3:.0f} ms, "
+        f"onnxruntime {imports['onnxruntime'] * 1e3:.0f} ms"
+    )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps({"imports_s": imports, "models": rows}, indent=2))
 
 
 if __name__ == "__main__":
