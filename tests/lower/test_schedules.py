@@ -841,6 +841,15 @@ def test_a_symbolic_batch_does_not_serialise_a_padding_loop():
     _check_batches(model, (1, 2, 5))
 
 
+def test_symbolic_maps_fuse_no_second_symbolic_loop():
+    """A padded copy over a symbolic batch and a symbolic map: the batch is not fused with the map's
+    symbolic rows (fused, their index arithmetic took YOLOv8n's build past 300 s)."""
+    model = conv("b", 8, "h", "w", 8, 3, 1, 1, group=8)
+    scripts = [f.script() for f in _prim_funcs(_lowered(model)).values() if "pad_temp" in f.script()]
+    loops = [re.search(r"T\.parallel\((.*?)\):(?:\n.*){0,3}?sblock\(\"pad_temp\"\)", s) for s in scripts]
+    assert loops and all(loop is not None and loop.group(1) == "b" for loop in loops), scripts
+
+
 def test_a_long_sum_is_summed_in_blocks():
     """ReduceSum of squares over a 512-long middle axis (a layer norm's E[x^2] in a jax2tf export): the
     pooling rule sums blocks of 16 terms, then the blocks, so its error against float64 is well under one

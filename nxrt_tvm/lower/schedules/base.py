@@ -264,20 +264,23 @@ def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int) -> None:
 def parallel_outer(sch: s_tir.Schedule, loops: Sequence) -> None:
     """Fuse leading `loops` until there is enough work per
     thread (not all of them), and run that loop in parallel."""
-    lead, work = [], 1
+    lead, work, symbolic = [], 1, False
     for loop in loops:
         extent = extent_of(sch, loop)
-        if extent is None and work > 1:
-            # Not fused with the static loops before it: TVM 0.27's index analysis fails a build on a
-            # fused `4 * (2h - 1)` loop read through `% (2h - 1) // 2` (a symbolic ConvTranspose's
-            # dilated input), a failed check rather than a schedule error. It runs in parallel alone,
-            # unless symbolic loops lead already.
-            if all(extent_of(sch, outer) is not None for outer in lead):
-                lead = [loop]
-            break
-        lead.append(loop)
         if extent is None:
+            if symbolic:  # a second symbolic loop ends the fused one
+                break
+            if lead:
+                # Not fused with the static loops before it: TVM 0.27's index analysis fails a build on
+                # a fused `4 * (2h - 1)` loop read through `% (2h - 1) // 2` (a symbolic ConvTranspose's
+                # dilated input), a failed check rather than a schedule error. It runs in parallel alone.
+                lead = [loop]
+                break
+            # a leading symbolic loop (a batch) is fused with the static loops after it: alone, a batch
+            # of 1 ran the whole loop nest on one thread
+            lead, symbolic = [loop], True
             continue
+        lead.append(loop)
         work *= extent
         if work >= _MIN_PARALLEL:
             break
