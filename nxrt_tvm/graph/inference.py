@@ -18,6 +18,7 @@ import re
 import onnx
 
 from ..api.errors import InvalidModel
+from ..no_torch import without_torch
 
 __all__ = ["infer"]
 
@@ -83,7 +84,8 @@ def _symbolic_value_info(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProt
     """Per value, its shape from onnxruntime's symbolic inference where every dim is known (no file
     is written: onnxruntime's `infer_shapes` saves a partial result into the working directory)."""
     try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+        with without_torch():  # onnxruntime.tools would import torch (1.2 s)
+            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
     except ImportError:  # sympy missing
         return {}
     try:
