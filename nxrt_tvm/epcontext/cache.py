@@ -287,10 +287,13 @@ def _decode_header(key: str, f: Any, size: int) -> dict[str, Any] | str:
         blob_size, digest, meta = header["size"], header["sha256"], header["meta"]
     except (ValueError, KeyError, TypeError) as e:
         return f"unreadable header: {e}"
-    if header.get("key") != key or not isinstance(meta, dict) or not isinstance(blob_size, int):
+    if (
+        header.get("key") != key
+        or not isinstance(meta, dict)
+        or not isinstance(blob_size, int)
+        or not isinstance(digest, str)
+    ):
         return "header does not describe this key"
     if _PREFIX + hlen + blob_size != size:
         return f"size mismatch: header says {blob_size} blob bytes, file holds {size - _PREFIX - hlen}"
-    if not isinstance(digest, str):
-        return "header does not describe this key"
     return header

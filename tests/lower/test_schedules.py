@@ -830,14 +830,20 @@ def test_a_symbolic_batch_is_not_padded_to_a_row_tile():
     _check_batches(model, (1, 3, 9))
 
 
+def _padding_loops(model: onnx.ModelProto) -> list[str | None]:
+    """Per kernel with a padded copy, the extent of the parallel loop around the copy (None: none)."""
+    scripts = [f.script() for f in _prim_funcs(_lowered(model)).values() if "pad_temp" in f.script()]
+    found = [re.search(r"T\.parallel\((.*?)\):(?:\n.*){0,3}?sblock\(\"pad_temp\"\)", s) for s in scripts]
+    return [None if loop is None else loop.group(1) for loop in found]
+
+
 def test_a_symbolic_batch_does_not_serialise_a_padding_loop():
     """A conv's padded copy over a symbolic batch ran in parallel over the batch alone: one thread at
     batch 1 (MobileNetV3's stride-2 convs 2-4x slower than built for batch 1). The batch is fused with
     the static rows after it."""
     model = conv("batch", 16, 20, 20, 16, 3, 2, 1)
-    scripts = [f.script() for f in _prim_funcs(_lowered(model)).values() if "pad_temp" in f.script()]
-    loops = [re.search(r"T\.parallel\((.*?)\):(?:\n.*){0,3}?sblock\(\"pad_temp\"\)", s) for s in scripts]
-    assert loops and all(loop is not None and loop.group(1) != "batch" for loop in loops), scripts
+    loops = _padding_loops(model)
+    assert loops and all(loop is not None and loop != "batch" for loop in loops), loops
     _check_batches(model, (1, 2, 5))
 
 
@@ -845,9 +851,8 @@ def test_symbolic_maps_fuse_no_second_symbolic_loop():
     """A padded copy over a symbolic batch and a symbolic map: the batch is not fused with the map's
     symbolic rows (fused, their index arithmetic took YOLOv8n's build past 300 s)."""
     model = conv("b", 8, "h", "w", 8, 3, 1, 1)
-    scripts = [f.script() for f in _prim_funcs(_lowered(model)).values() if "pad_temp" in f.script()]
-    loops = [re.search(r"T\.parallel\((.*?)\):(?:\n.*){0,3}?sblock\(\"pad_temp\"\)", s) for s in scripts]
-    assert loops and all(loop is not None and loop.group(1) == "b" for loop in loops), scripts
+    loops = _padding_loops(model)
+    assert loops and all(loop == "b" for loop in loops), loops
 
 
 @pytest.mark.parametrize("stride", [1, 2])
