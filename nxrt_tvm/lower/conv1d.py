@@ -15,7 +15,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
-from .fold_batchnorm import constant_array
+from .fold_affine import constant_array
 from .strict import own_pass
 
 __all__ = ["Conv1dAsConv2d"]

@@ -16,7 +16,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
-from .fold_batchnorm import constant_array
+from .fold_affine import constant_array
 from .strict import own_pass
 
 __all__ = ["SplitGroupedConv", "MAX_GROUPS", "conv2d_like"]

@@ -31,7 +31,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ..conv1d import Conv1dAsConv2d
-from ..fold_batchnorm import FoldBatchNormIntoConv
+from ..fold_affine import FoldAffineIntoConv
 from ..fold_constants import FoldConstantLayouts
 from ..grouped_conv import SplitGroupedConv, conv2d_like
 from ..precision import PreciseFastMath
@@ -106,7 +106,7 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
     winograd = [WinogradConv2D] if conv_algorithm == "auto" else []
     return [
         Conv1dAsConv2d(),
-        FoldBatchNormIntoConv,
+        FoldAffineIntoConv,
         SplitGroupedConv(),
         convert_conv_layout(),  # first: approximations are kernels, which layout conversion cannot enter
         PreciseFastMath(),
