@@ -25,6 +25,10 @@ unsafe on shapes that only the user's input decides:
   unknown and the build fails; ours checks the sizes at run time, as
   onnxruntime does (equal, or 1 where the op broadcasts; a mismatch raises),
   and gives the result the size that decides it (see `_resolve_sizes`).
+- `Dropout`: TVM's `R.nn.dropout` returns a tuple that its layout conversion fails
+  on, so one Dropout kept every convolution in its partition between transposes
+  (SqueezeNet 2.4x onnxruntime); ours is the data and an all-true mask, ONNX's
+  inference meaning.
 - `BitShift` by an amount outside [0, bits) (run-time amounts): undefined in
   LLVM, garbage on AVX2; ours gives ONNX's 0 or sign fill.
 - `Max`, `Min`, `Sum`, `Mean` of tensors: TVM broadcasts, stacks and reduces
@@ -440,6 +444,19 @@ class _Cast(onnx_frontend.Cast):
         return onnx_frontend.Cast._impl_v13.__func__(cls, bb, inputs, attr, params)
 
 
+class _Dropout(onnx_frontend.Dropout):
+    """Inference Dropout (the rule rejects a training_mode that is not a constant false): the data, and
+    the mask all true, as ONNX defines them. TVM's is `R.nn.dropout`, a tuple its layout conversion fails
+    on ("Expected nested to match tuple"), which kept every convolution of SqueezeNet between
+    transposes; its mask came back float32."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        return relax.Tuple([inputs[0], relax.op.ones_like(inputs[0], "bool")])
+
+    _impl_v12 = _impl_v1
+
+
 def _unit_axes_checked(bb: relax.BlockBuilder, data, axes, node: str):
     """`data` with the symbolic extents of `axes` checked to be 1 at run time (`_size_check`), so they
     are 1 to Relax: a Squeeze of them builds, and a size other than 1 raises naming the node, as
@@ -727,6 +744,7 @@ def _pool_like_onnxruntime(base: type) -> type:
 _OVERRIDES: dict[str, type] = {
     "Slice": _Slice,
     "Cast": _Cast,
+    "Dropout": _Dropout,
     "Squeeze": _Squeeze,
     "Range": _Range,
     "Resize": _Resize,

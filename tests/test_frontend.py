@@ -274,6 +274,7 @@ def test_the_convert_map_is_tvms_with_our_overrides():
         "Resize",
         "Clip",
         "Squeeze",
+        "Dropout",
         *("Max", "Min", "Sum", "Mean"),
         *("MaxPool", "AveragePool"),
         *EARLIER_VERSIONS,
@@ -591,3 +592,25 @@ def test_matmul_integer_runs_in_float32_where_every_sum_is_exact(depth, zero_poi
     a[0] = 255  # a row of the largest values against the weights' extremes
     session = nx.InferenceSession(model, providers=[TVM])
     np.testing.assert_array_equal(session.run(None, {"a": a})[0], ort_run(model, {"a": a})[0])
+
+
+def test_a_dropout_between_convolutions_leaves_them_in_one_layout():
+    """TVM's Dropout is a tuple its layout conversion fails on; ours is the data (and an all-true mask),
+    so the convolutions around it convert to NHWC together, not each between its own transposes."""
+    from tvm import relax
+
+    from nxrt_tvm.lower.schedules import CONV_LAYOUT
+
+    w = nh.from_array(np.ones((4, 4, 1, 1), np.float32), "w")
+    model = _model(
+        [
+            h.make_node("Conv", ["x", "w"], ["y"]),
+            h.make_node("Dropout", ["y"], ["d", "mask"]),
+            h.make_node("Conv", ["d", "w"], ["z"]),
+        ],
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 6, 6])],
+        [h.make_tensor_value_info("z", T.FLOAT, [1, 4, 6, 6])],
+        [w],
+    )
+    converted = relax.transform.ConvertLayout(CONV_LAYOUT)(import_onnx(model))
+    assert called(converted).count("relax.permute_dims") == 4  # x and z, and the two weights

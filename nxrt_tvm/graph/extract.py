@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import onnx
-from onnx import helper
+from onnx import defs, helper
 
 from .model import GraphView, ValueInfo
 
@@ -52,8 +52,9 @@ def extract_model(
             return graph.other_types[value]
         return (infos.get(value) or graph.info(value)).to_proto()
 
+    needed = {*outputs, *used}
     body = helper.make_graph(
-        [graph.nodes[i] for i in members],
+        [_trimmed(graph, i, needed) for i in members],
         name,
         [boundary_proto(n) for n in inputs],
         [boundary_proto(n) for n in outputs],
@@ -68,3 +69,29 @@ def extract_model(
     )
     model.functions.extend(graph.model.functions)
     return model
+
+
+def _trimmed(graph: GraphView, index: int, needed: set[str]) -> onnx.NodeProto:
+    """Node `index` without the trailing optional outputs that nothing `needed` reads (Dropout's mask,
+    MaxPool's indices, a norm's statistics), as onnxruntime's graph cleanup drops them: TVM's converters
+    produce only the outputs they compute, and failed to import a node that names more."""
+    node = graph.nodes[index]
+    try:
+        schema = defs.get_schema(node.op_type, graph.opset_of(index), node.domain)
+    except defs.SchemaError:
+        return node
+    optional = defs.OpSchema.FormalParameterOption.Optional
+    keep = len(node.output)
+    while (
+        keep > 1
+        and node.output[keep - 1] not in needed
+        and keep - 1 < len(schema.outputs)
+        and schema.outputs[keep - 1].option == optional
+    ):
+        keep -= 1
+    if keep == len(node.output):
+        return node
+    trimmed = onnx.NodeProto()
+    trimmed.CopyFrom(node)
+    del trimmed.output[keep:]
+    return trimmed

@@ -363,6 +363,47 @@ def test_maxpool_indices_output_is_declined():
     runs_like_ort(m, {"x": np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)})
 
 
+def test_optional_outputs_named_but_read_by_nothing_are_claimed():
+    """An optional output that is named but neither read nor a graph output is unused, as onnxruntime
+    treats it (SqueezeNet's Dropout names its mask): the rule takes the node, and the partition drops
+    the name so TVM's converter, which computes only the first output, imports it."""
+    x = vi("x", T.FLOAT, [1, 1, 4, 4])
+    m = model(
+        [
+            h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2]),
+            h.make_node("Relu", ["y"], ["z"]),
+        ],
+        [x],
+        [vo("z", T.FLOAT, 4)],
+    )
+    runs_like_ort(m, {"x": np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)})
+
+
+@pytest.mark.parametrize("mask_out", [False, True], ids=["mask-unread", "mask-output"])
+def test_inference_dropout_is_the_identity_and_an_all_true_mask(mask_out):
+    x = vi("x", T.FLOAT, [1, 2, 4, 4])
+    w = nh.from_array(np.random.default_rng(1).standard_normal((2, 2, 1, 1)).astype(np.float32), "w")
+    outputs = [vo("z", T.FLOAT, 4), *([vo("mask", T.BOOL, 4)] if mask_out else [])]
+    m = model(
+        [
+            h.make_node("Conv", ["x", "w"], ["y"]),
+            h.make_node("Dropout", ["y"], ["d", "mask"], seed=0),
+            h.make_node("Conv", ["d", "w"], ["z"]),
+        ],
+        [x],
+        outputs,
+        [w],
+    )
+    runs_like_ort(m, {"x": np.random.default_rng(2).standard_normal((1, 2, 4, 4)).astype(np.float32)})
+
+
+def test_training_dropout_is_declined():
+    x = vi("x", T.FLOAT, [2, 3])
+    mode = nh.from_array(np.array(True), "mode")
+    m = model([h.make_node("Dropout", ["x", "", "mode"], ["y"])], [x], [vo("y", T.FLOAT, 2)], [mode])
+    declined(m, Rejected.INPUT, "training_mode is true")
+
+
 def test_elu_float16_is_declined():
     m = model([h.make_node("Elu", ["x"], ["y"])], [vi("x", T.FLOAT16, [3, 4])], [vi("y", T.FLOAT16, [3, 4])])
     declined(m, Rejected.DTYPE, "float16 input to Elu")

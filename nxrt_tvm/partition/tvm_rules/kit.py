@@ -240,8 +240,15 @@ def require_attr(
 
 
 def require_outputs(ctx: NodeContext, n: int, names: str, *, remediation: str = "") -> None:
-    """Only the first `n` outputs may be used (optional outputs the frontend does not produce)."""
-    used = [i for i, o in enumerate(ctx.node.output) if o and i >= n]
+    """Only the first `n` outputs may be used (optional outputs the frontend does not produce). An output
+    that is named but read by no node and not a graph output is unused, as onnxruntime treats it
+    (SqueezeNet's Dropout names its mask)."""
+    graph = ctx.graph
+    used = [
+        i
+        for i, o in enumerate(ctx.node.output)
+        if o and i >= n and (o in graph.output_names or graph.consumers.get(o))
+    ]
     require(
         not used,
         Rejected.ATTRIBUTE,

@@ -250,11 +250,9 @@ def _roialign(ctx: NodeContext) -> None:
     require_bounded_indices(ctx, 2, lambda v: [(v, batch)], allow_negative=False, what="batch_indices")
 
 
-# Without: the mask output comes back as float32, not bool; a training_mode
-# input that is true (or computed) is ignored, so nothing is dropped.
+# Without: a training_mode input that is true (or computed) is ignored, so nothing is dropped.
 @rule("Dropout")
 def _dropout(ctx: NodeContext) -> None:
-    require_outputs(ctx, 1, "the data output")
     if ctx.has_input(2):
         mode = ctx.const(2)
         require(
