@@ -176,6 +176,7 @@ CASES = {
     "conv3x3_1x3x9x11": (conv(1, 3, 9, 11, 5, 3, 1, 1), "conv", 1e-4),
     "conv3x3s2_2x8x15x15": (conv(2, 8, 15, 15, 17, 3, 2, 1), "conv", 1e-4),
     "conv1x1_1x16x7x7": (conv(1, 16, 7, 7, 24, 1, 1, 0), "conv", 1e-4),
+    "conv1x1_1x16x7x7_88": (conv(1, 16, 7, 7, 88, 1, 1, 0), "conv", 1e-4),  # 88 channels: padded to 96
     "conv3x3_1x8x14x14": (conv(1, 8, 14, 14, 32, 3, 1, 1), "conv", 1e-4),  # 7-row tiles (14 = 2 x 7)
     # depthwise: every operand read per channel, the tile's rows are output pixels
     "dwconv3x3_1x32x14x14": (conv(1, 32, 14, 14, 32, 3, 1, 1, group=32), "conv", 1e-4),
@@ -285,6 +286,10 @@ def test_rule_matches_onnxruntime_and_applies(case, monkeypatch):
         ("matmul_packed_33x100x64", "matmul", (2, 100, 32)),
         ("gemm_transB_packed_7x17x32", "matmul", (1, 17, 32)),
         ("matmul_64x48x40", "matmul", (2, 48, 20)),  # the 20-wide column tile that divides 40
+        # columns no wide tile divides: padded to whole 32-wide tiles in the packing (1000 ran 20-wide
+        # tiles of 10 lanes, 88 11-wide ones)
+        ("gemm_transB_3x19x1000", "matmul", (32, 19, 32)),
+        ("conv1x1_1x16x7x7_88", "conv", (3, 1, 1, 16, 32)),
         (
             "conv1x1_1x16x7x7",
             "conv",
@@ -864,6 +869,18 @@ def test_a_depthwise_conv_reads_its_padding_in_place(stride):
     scripts = [f.script() for f in _prim_funcs(_lowered(model)).values() if f.attrs.get(RULE_ATTR) == "conv"]
     assert scripts and not any('sblock("pad_temp")' in s for s in scripts), scripts
     _run_both(model, 1e-4)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_conv_without_padding_reads_its_input_in_place(stride):
+    """A conv that pads nothing legalises with a plain copy of its input (`pad_temp`): it is inlined,
+    not run as its own loop (ResNet-50's 1x1 convs copied their whole input, up to 3.2 MB, per call).
+    A 3x3 conv with padding keeps its padded copy."""
+    model = conv(1, 32, 9, 9, 32, 1, stride, 0)
+    scripts = [f.script() for f in _prim_funcs(_lowered(model)).values() if f.attrs.get(RULE_ATTR) == "conv"]
+    assert scripts and not any('sblock("pad_temp")' in s for s in scripts), scripts
+    _run_both(model, 1e-4)
+    assert _padding_loops(conv(1, 32, 9, 9, 32, 3, stride, 1))
 
 
 def test_a_long_sum_is_summed_in_blocks():
