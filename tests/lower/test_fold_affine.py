@@ -20,6 +20,22 @@ from nxrt_tvm.lower.fold_affine import FoldAffineIntoConv
 RNG = np.random.default_rng(0)
 
 
+def _conv_model(
+    nodes: list, inits: dict, x_shape: list[int], outputs: dict[str, list[int]]
+) -> onnx.ModelProto:
+    """An opset-17 model of `nodes` over a float input ``x``, with float `outputs` (name: shape)."""
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in outputs.items()],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def _model(conv_bias: bool, group: int = 1, norm_input: str = "y", channels: int = 8) -> onnx.ModelProto:
     c_in = 4
     inits = {
@@ -38,19 +54,10 @@ def _model(conv_bias: bool, group: int = 1, norm_input: str = "y", channels: int
         ),
         helper.make_node("Relu", ["z"], ["out"]),
     ]
-    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, channels, 9, 9])]
+    outputs = {"out": [1, channels, 9, 9]}
     if norm_input != "y":  # the norm reads the input, not the conv: nothing to fold
-        outputs.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 9, 9]))
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, 9, 9])],
-        outputs,
-        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+        outputs["y"] = [1, channels, 9, 9]
+    return _conv_model(nodes, inits, [1, c_in, 9, 9], outputs)
 
 
 def _ops(mod: tvm.IRModule) -> list[str]:
@@ -129,16 +136,7 @@ def _affine_model(operand_shape: tuple[int, ...], norm: bool) -> onnx.ModelProto
         helper.make_node("Add", ["t", "scaled"], ["shifted"]),
         helper.make_node("Relu", ["shifted"], ["out"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 8, 8])],
-        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _conv_model(nodes, inits, [1, 4, 8, 8], {"out": [1, 8, 8, 8]})
 
 
 @pytest.mark.parametrize(
