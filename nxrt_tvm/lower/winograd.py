@@ -31,6 +31,7 @@ from tvm import relax, te, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
+from .fold_affine import constant_array
 from .strict import own_pass
 
 __all__ = ["WinogradConv2D", "INPUT_BLOCK", "OUTPUT_BLOCK", "PAD_BLOCK", "winograd_tile"]
@@ -172,12 +173,14 @@ class _Rewriter(PyExprMutator):
         return call if rewritten is None else rewritten
 
     def _constant(self, expr: relax.Expr) -> np.ndarray | None:
-        """The value of a constant weight, also through the
-        transpose `ConvertLayout` puts on it (folded later)."""
+        """The value of a constant weight, also through the transpose `ConvertLayout` puts on it (folded
+        later) and a broadcast constant (`ConstantOfShape` weights: VGG-19 and SqueezeNet of onnx's
+        model data kept every 3x3 convolution direct)."""
         while isinstance(expr, relax.Var) and self.lookup_binding(expr) is not None:
             expr = self.lookup_binding(expr)
-        if isinstance(expr, tvm.ir.expr.Constant):
-            return expr.value.numpy()
+        value = constant_array(expr)
+        if value is not None:
+            return value
         if (
             isinstance(expr, relax.Call)
             and isinstance(expr.op, tvm.ir.Op)
