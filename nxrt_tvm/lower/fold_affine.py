@@ -62,9 +62,28 @@ class _Folder(PyExprMutator):
     A walk over the bindings, not TVM's pattern rewriter (`rewrite_call`), which took 0.45 s of
     ResNet-50's compile matching the pattern's alternatives at every node."""
 
+    def __init__(self, mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.uses: dict[relax.Var, int] = {}  # of the function being visited (`start`)
+        self.bound: dict = {}
+
+    def start(self, func: relax.Function) -> None:
+        """Read the uses and bindings of the original `func`, before the walk rewrites it."""
+        self.uses, self.bound = _use_counts(func), relax.analysis.get_var2val(func)
+
     def _value(self, expr: relax.Expr) -> relax.Expr:
         bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
         return expr if bound is None else bound
+
+    def _exclusive(self, expr: relax.Expr) -> bool:
+        """Whether the original `expr`, and the conv under its bias add, are read only by the op being
+        folded: else the old conv still runs beside the new one (hardswish reads its conv's output
+        twice: MobileNetV3 computed each such conv twice, its bias with the + 3 and without)."""
+        if not isinstance(expr, relax.Var) or self.uses.get(expr, 0) != 1:
+            return False
+        add = _op_call(self.bound.get(expr), "relax.add")
+        inner = add.args[0] if add is not None else None
+        return not isinstance(inner, relax.Var) or self.uses.get(inner, 0) == 1
 
     def _biased_conv(self, expr: relax.Expr) -> tuple[relax.Call, np.ndarray | None] | None:
         """``(conv, b)`` where `expr` is ``conv2d(x, W) [+ b]`` with a constant bias (None: no bias)."""
@@ -107,21 +126,23 @@ class _Folder(PyExprMutator):
         return relax.op.add(out, relax.const(new_bias))
 
     def visit_tuple_getitem_(self, op: relax.TupleGetItem) -> relax.Expr:
+        original = _op_call(self.bound.get(op.tuple_value), "relax.nn.batch_norm")
         op = super().visit_tuple_getitem_(op)
         norm = _op_call(self._value(op.tuple_value), "relax.nn.batch_norm") if op.index == 0 else None
-        if norm is None:
+        if norm is None or original is None or not self._exclusive(original.args[0]):
             return op
         folded = self._fold(norm.args[0], lambda channels: _norm_affine(norm, channels))
         return op if folded is None else folded
 
     def visit_call_(self, op: relax.Call) -> relax.Expr:
+        exclusive = [self._exclusive(a) for a in op.args]
         op = super().visit_call_(op)
         multiply = _op_call(op, "relax.multiply") is not None
         if not multiply and _op_call(op, "relax.add") is None:
             return op
-        for source, operand in (op.args, op.args[::-1]):
+        for (source, operand), alone in zip((op.args, op.args[::-1]), exclusive):
             value = constant_array(operand)
-            if value is None or value.dtype != np.float32:
+            if value is None or value.dtype != np.float32 or not alone:
                 continue
             if not multiply and _op_call(self._value(source), "relax.nn.conv2d") is not None:
                 return op  # conv2d(x, W) + b: already the folded form
@@ -136,6 +157,29 @@ class _Folder(PyExprMutator):
             if folded is not None:
                 return folded
         return op
+
+
+def _use_counts(func: relax.Function) -> dict[relax.Var, int]:
+    """How many times each variable of `func` is read (as an operand, a tuple field or the result)."""
+    uses: dict[relax.Var, int] = {}
+
+    def visit(expr: relax.Expr) -> None:
+        if isinstance(expr, relax.Call):
+            read = list(expr.args)
+        elif isinstance(expr, relax.Tuple):
+            read = list(expr.fields)
+        elif isinstance(expr, relax.TupleGetItem):
+            read = [expr.tuple_value]
+        elif isinstance(expr, relax.SeqExpr):
+            read = [expr.body]
+        else:
+            return
+        for var in read:
+            if isinstance(var, relax.Var):
+                uses[var] = uses.get(var, 0) + 1
+
+    relax.analysis.post_order_visit(func, visit)
+    return uses
 
 
 def _foldable(conv: relax.Call, weight: np.ndarray | None) -> bool:
@@ -185,6 +229,7 @@ def FoldAffineIntoConv(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tv
         if isinstance(func, relax.Function) and not (
             func.attrs is not None and "Primitive" in func.attrs and int(func.attrs["Primitive"]) != 0
         ):
+            folder.start(func)
             new = folder.visit_expr(func)
             if not new.same_as(func):
                 folder.builder_.update_func(gv, relax.analysis.remove_all_unused(new))
