@@ -31,6 +31,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
+from . import hyperbolic  # noqa: F401 - registers cosh and sinh for llvm
 from .integer_powers import IntegerPowers
 from .strict import own_pass
 from .vector_guards import VersionGuardedVectors
