@@ -135,11 +135,11 @@ class _Folder(PyExprMutator):
         return op if folded is None else folded
 
     def visit_call_(self, op: relax.Call) -> relax.Expr:
-        exclusive = [self._exclusive(a) for a in op.args]
-        op = super().visit_call_(op)
         multiply = _op_call(op, "relax.multiply") is not None
         if not multiply and _op_call(op, "relax.add") is None:
-            return op
+            return super().visit_call_(op)
+        exclusive = [self._exclusive(a) for a in op.args]  # of the original operands, before the rewrite
+        op = super().visit_call_(op)
         for (source, operand), alone in zip((op.args, op.args[::-1]), exclusive):
             value = constant_array(operand)
             if value is None or value.dtype != np.float32 or not alone:
