@@ -34,12 +34,25 @@ from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_poi
 from .fold_affine import constant_array
 from .strict import own_pass
 
-__all__ = ["WinogradConv2D", "INPUT_BLOCK", "OUTPUT_BLOCK", "PAD_BLOCK", "winograd_tile"]
+__all__ = [
+    "WinogradConv2D",
+    "INPUT_BLOCK",
+    "INPUT_ROWS",
+    "OUTPUT_BLOCK",
+    "OUTPUT_ROWS",
+    "PAD_BLOCK",
+    "winograd_tile",
+]
 
 #: TE stage names the `Winograd` schedule rule recognises its kernels by
 INPUT_BLOCK = "winograd_input"
+INPUT_ROWS = "winograd_input_rows"
 OUTPUT_BLOCK = "winograd_output"
+OUTPUT_ROWS = "winograd_output_rows"
 PAD_BLOCK = "winograd_pad"
+
+#: `relax.OpPatternKind.kOutEWiseFusable`, which `AnnotateTIROpPattern` keeps where a kernel already has one
+_OUT_ELEMWISE_FUSABLE = 4
 
 #: fewer channels than this (in or out) keep the direct convolution: the transforms would dominate
 MIN_CHANNELS = 16
@@ -63,21 +76,31 @@ def _matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _cook_toom_convolution(_interpolation_points(m + 1), m, 3)
 
 
-def _const(matrix: np.ndarray, row, col, dtype: str) -> tirx.PrimExpr:
-    """``matrix[row, col]`` as a select chain over constants (folds away once the loops are unrolled)."""
+def _coefficient(row: np.ndarray, index: tirx.PrimExpr, dtype: str) -> tirx.PrimExpr:
+    """``row[index]`` as a select chain over the row's nonzero constants (folds once `index` is unrolled)."""
     value = tirx.const(0.0, dtype)
-    for r in range(matrix.shape[0]):
-        for c in range(matrix.shape[1]):
-            if matrix[r, c] != 0:
-                value = tirx.Select(
-                    tirx.all(row == r, col == c), tirx.const(float(matrix[r, c]), dtype), value
-                )
+    for k, c in enumerate(row):
+        if c != 0:
+            value = tirx.Select(index == k, tirx.const(float(c), dtype), value)
     return value
 
 
+def _combine(matrix: np.ndarray, column: tirx.PrimExpr, term, dtype: str) -> tirx.PrimExpr:
+    """``sum_r matrix[r, column] * term(r)`` over the rows with a nonzero entry, `r` static.
+
+    One factor of a separable transform: each stage sums ``alpha`` terms (``alpha^2`` for the transform in
+    one step), so its unrolled kernel is ``alpha / 2`` times smaller, to build and to run."""
+    total = None
+    for r in range(matrix.shape[0]):
+        if matrix[r].any():
+            product = _coefficient(matrix[r], column, dtype) * term(r)
+            total = product if total is None else total + product
+    return total
+
+
 def _input_transform(x: te.Tensor, m: int, pad: tuple[int, int, int, int]) -> te.Tensor:
-    """``V[eps * alpha + nu, p, c] = sum B[r1, eps] B[r2, nu] d[p][r1, r2, c]``
-    over zero-padded input tiles."""
+    """``V[eps * alpha + nu, p, c] = (B^T d B)[eps, nu]`` over zero-padded input tiles ``d[p]``, as
+    ``rows = B^T d`` then ``rows B``."""
     n, h, w, c = (int(v) for v in x.shape)
     top, left, bottom, right = pad
     alpha = m + 2
@@ -92,41 +115,39 @@ def _input_transform(x: te.Tensor, m: int, pad: tuple[int, int, int, int]) -> te
         name=PAD_BLOCK,
     )
     _, bmat, _ = _matrices(m)
-    r1 = te.reduce_axis((0, alpha), "r1")
-    r2 = te.reduce_axis((0, alpha), "r2")
     per_image = tiles_h * tiles_w
 
-    def value(e, p, ch):
-        eps, nu = e // alpha, e % alpha
+    def row(eps, p, r2, ch):
         b, t = p // per_image, p % per_image
         y, z = t // tiles_w * m, t % tiles_w * m
-        return te.sum(
-            _const(bmat, r1, eps, x.dtype) * _const(bmat, r2, nu, x.dtype) * padded[b, y + r1, z + r2, ch],
-            axis=[r1, r2],
-        )
+        return _combine(bmat, eps, lambda r1: padded[b, y + r1, z + r2, ch], x.dtype)
 
-    return te.compute((alpha * alpha, n * per_image, c), value, name=INPUT_BLOCK)
+    rows = te.compute((alpha, n * per_image, alpha, c), row, name=INPUT_ROWS)
+    return te.compute(
+        (alpha * alpha, n * per_image, c),
+        lambda e, p, ch: _combine(bmat, e % alpha, lambda r2: rows[e // alpha, p, r2, ch], x.dtype),
+        name=INPUT_BLOCK,
+    )
 
 
 def _output_transform(mm: te.Tensor, m: int, n: int, h: int, w: int) -> te.Tensor:
-    """``Y[b, y, z, k] = sum A[eps, y % m] A[nu, z % m] M[eps * alpha + nu, tile(b, y, z), k]``."""
+    """``Y[b, y, z, k] = (A^T M[tile(b, y, z)] A)[y % m, z % m]``, as ``rows = M A`` then ``A^T rows``."""
     alpha = m + 2
     amat, _, _ = _matrices(m)
     tiles_w = math.ceil(w / m)
     per_image = math.ceil(h / m) * tiles_w
-    eps = te.reduce_axis((0, alpha), "eps")
-    nu = te.reduce_axis((0, alpha), "nu")
+    tiles, channels = int(mm.shape[1]), int(mm.shape[2])
+    rows = te.compute(
+        (alpha, tiles, m, channels),
+        lambda eps, p, zm, k: _combine(amat, zm, lambda nu: mm[eps * alpha + nu, p, k], mm.dtype),
+        name=OUTPUT_ROWS,
+    )
 
     def value(b, y, z, k):
         p = b * per_image + y // m * tiles_w + z // m
-        return te.sum(
-            _const(amat, eps, y % m, mm.dtype)
-            * _const(amat, nu, z % m, mm.dtype)
-            * mm[eps * alpha + nu, p, k],
-            axis=[eps, nu],
-        )
+        return _combine(amat, y % m, lambda eps: rows[eps, p, z % m, k], mm.dtype)
 
-    return te.compute((n, h, w, int(mm.shape[2])), value, name=OUTPUT_BLOCK)
+    return te.compute((n, h, w, channels), value, name=OUTPUT_BLOCK)
 
 
 def transform_weight(weight: np.ndarray, m: int) -> np.ndarray:
@@ -164,7 +185,11 @@ class _Rewriter(PyExprMutator):
         if known is not None:
             return relax.call_tir(known[0], relax.Tuple([arg]), known[1])
         call = self.builder_.call_te(make, arg, *params, primfunc_name_hint=name)
-        self._kernels[key] = (call.args[0], call.ty_args[0])
+        gv = call.args[0]
+        # fused like a matmul: the epilogue joins the output transform, and no layout transpose (or any
+        # injective producer) joins the input transform, whose rule schedules its stages alone
+        self.builder_.update_func(gv, self.builder_.get()[gv].with_attr("op_pattern", _OUT_ELEMWISE_FUSABLE))
+        self._kernels[key] = (gv, call.ty_args[0])
         return call
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:

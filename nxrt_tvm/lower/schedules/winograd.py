@@ -1,15 +1,16 @@
-"""The Winograd transforms of `nxrt_tvm.lower.winograd`: register-tiled, unrolled, vectorised over channels.
+"""The Winograd transforms of `nxrt_tvm.lower.winograd`: unrolled, vectorised over channels.
 
-Both transforms multiply each tile by small constant matrices. With the tile
-and transform loops unrolled, the coefficients become constants and the zero
-ones fold away, leaving a few vector FMAs per loaded channel vector:
+Each transform is separable (``B^T d B`` is ``(B^T d) B``) and made of two
+stages, the first computed per (tile, channel vector) into a few registers.
+With their loops unrolled, the coefficients become constants and the zero ones
+fold away, leaving a few vector FMAs per loaded channel vector:
 
-- input (``V = B^T d B``): padding as its own parallel loop, then per
-  (tile, channel vector, eps) ``alpha`` accumulators over the ``alpha x alpha``
-  tile, parallel over tiles and channel vectors;
-- output (``Y = A^T M A``): per (output tile, channel vector) ``m x m``
-  accumulators over the ``alpha x alpha`` products, with the bias, activation and
-  residual after the convolution inlined into the write-back.
+- input (``V = B^T d B``): padding as its own parallel loop, then per (tile,
+  channel vector, eps) ``alpha`` row vectors of ``B^T d``, each output a sum of
+  ``alpha`` of them, parallel over tiles and channel vectors;
+- output (``Y = A^T M A``): per (output tile, channel vector) the ``alpha x m`` products
+  ``M A``, each output a sum of ``alpha`` of them, with the bias, activation and
+  residual after the convolution inlined into its store.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 
 from tvm import s_tir
 
-from ..winograd import INPUT_BLOCK, OUTPUT_BLOCK, PAD_BLOCK
+from ..winograd import INPUT_BLOCK, INPUT_ROWS, OUTPUT_BLOCK, OUTPUT_ROWS, PAD_BLOCK
 from .base import CpuRule, extent_of, parallel, parallel_vectorize, vector_lanes
 
 __all__ = ["Winograd"]
@@ -45,40 +46,38 @@ class Winograd(CpuRule):
 
     @staticmethod
     def _input(sch, blocks, block, lanes):
-        pad = _block_named(sch, blocks, PAD_BLOCK)
-        if pad is None or len(blocks) != 2:
+        pad, rows = _block_named(sch, blocks, PAD_BLOCK), _block_named(sch, blocks, INPUT_ROWS)
+        if pad is None or rows is None or len(blocks) != 3:
             return None
         parallel_vectorize(sch, pad, lanes)
-        e, p, ch, r1, r2 = sch.get_loops(block)
-        alpha = extent_of(sch, r1)
+        e, p, ch = sch.get_loops(block)
+        alpha = int(sch.get(rows).iter_vars[0].dom.extent)
         eps, nu = sch.split(e, factors=[alpha, alpha])
         vec = _channel_vector(extent_of(sch, ch), lanes)
         co, ci = sch.split(ch, factors=[None, vec])
-        sch.reorder(p, co, eps, r1, r2, nu, ci)
-        write_back = sch.cache_write(block, 0, "local")
-        sch.reverse_compute_at(write_back, eps, preserve_unit_loops=True)
-        return _register_tile(sch, block, write_back, [p, co], [eps, r1, r2, nu], ci, r1, vec)
+        sch.reorder(p, co, eps, nu, ci)
+        _in_registers(sch, rows, eps)
+        return _unrolled(sch, block, [p, co], [eps, nu], ci)
 
     @staticmethod
     def _output(sch, blocks, block, lanes):
-        index = next(k for k, info in enumerate(blocks) if info.block_rv.same_as(block))
-        if index != 0:
+        rows = _block_named(sch, blocks, OUTPUT_ROWS)
+        if rows is None or not blocks[0].block_rv.same_as(rows) or not blocks[1].block_rv.same_as(block):
             return None
-        epilogue = [info.block_rv for info in blocks[1:]]
+        epilogue = [info.block_rv for info in blocks[2:]]
         for rv in epilogue[:-1]:
             sch.compute_inline(rv)
-        *batch, y, z, k, eps, nu = sch.get_loops(block)  # a unit batch loop is normalised away
-        m = _tile_of(sch, block)
+        if epilogue:
+            sch.reverse_compute_inline(epilogue[-1])
+        *batch, y, z, k = sch.get_loops(block)  # a unit batch loop is normalised away
+        m = int(sch.get(rows).iter_vars[2].dom.extent)
         th, ym = sch.split(y, factors=[None, m])
         tw, zm = sch.split(z, factors=[None, m])
         vec = _channel_vector(extent_of(sch, k), lanes)
         ko, ki = sch.split(k, factors=[None, vec])
-        sch.reorder(*batch, th, tw, ko, eps, nu, ym, zm, ki)
-        write_back = sch.cache_write(block, 0, "local")
-        if epilogue:
-            sch.reverse_compute_inline(epilogue[-1])
-        sch.reverse_compute_at(write_back, ko, preserve_unit_loops=True)
-        return _register_tile(sch, block, write_back, [*batch, th, tw, ko], [eps, nu, ym, zm], ki, eps, vec)
+        sch.reorder(*batch, th, tw, ko, ym, zm, ki)
+        _in_registers(sch, rows, ko)
+        return _unrolled(sch, block, [*batch, th, tw, ko], [ym, zm], ki)
 
 
 def _channel_vector(channels: int, lanes: int) -> int:
@@ -87,22 +86,24 @@ def _channel_vector(channels: int, lanes: int) -> int:
     return math.gcd(channels, lanes)
 
 
-def _register_tile(
-    sch: s_tir.Schedule, block, write_back, tiles: list, unrolled: list, vector, first_reduce, lanes: int
-) -> s_tir.Schedule:
-    """The loops of a transform once its accumulators sit in registers: outer tiles in parallel, the transform
-    unrolled (so its coefficients fold), channels vectorised (`lanes` wide) in the tile, its init and its
-    write-back."""
-    sch.vectorize(sch.split(sch.get_loops(write_back)[-1], factors=[None, lanes])[-1])
+def _in_registers(sch: s_tir.Schedule, rows, loop) -> None:
+    """Compute a transform's first stage under `loop` of its second, in a local buffer: its loops
+    unrolled (its coefficients fold) but the innermost, the channel vector."""
+    sch.compute_at(rows, loop)
+    sch.set_scope(rows, 0, "local")
+    loops = sch.get_loops(rows)
+    at = next(k for k, outer in enumerate(loops) if sch.get(outer).same_as(sch.get(loop)))
+    *unrolled, vector = loops[at + 1 :]
+    for inner in unrolled:
+        sch.unroll(inner)
+    sch.vectorize(vector)
+
+
+def _unrolled(sch: s_tir.Schedule, block, tiles: list, unrolled: list, vector) -> s_tir.Schedule:
+    """A transform's second stage: outer tiles in parallel, the transform unrolled (so its coefficients
+    fold), channels vectorised."""
     parallel(sch, sch.fuse(*tiles))
     for loop in unrolled:
         sch.unroll(loop)
     sch.vectorize(vector)
-    init = sch.decompose_reduction(block, first_reduce)
-    sch.vectorize(sch.get_loops(init)[-1])
     return sch
-
-
-def _tile_of(sch: s_tir.Schedule, block) -> int:
-    """The output tile edge m of an output transform: alpha (its reduction extent) - 2."""
-    return int(sch.get(block).iter_vars[-1].dom.extent) - 2
