@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax, s_tir
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda
@@ -140,18 +141,13 @@ def layout_passes(target: tvm.target.Target) -> tuple[list[tvm.transform.Pass], 
 
 
 def _rewrites_layout(func: tvm.tirx.PrimFunc) -> bool:
-    """Whether a block of `func` carries the layout-rewrite
-    mark (a func without blocks, an extern scan, has none)."""
-    if not isinstance(func.body, s_tir.SBlockRealize):
-        return False
-    sch = s_tir.Schedule(func)
-    pending = [sch.get_sblock(func.body.block.name_hint)]
-    while pending:
-        block = pending.pop()
-        if LAYOUT_REWRITE in sch.get(block).annotations:
-            return True
-        pending.extend(sch.get_child_blocks(block))
-    return False
+    """Whether a block of `func` carries the layout-rewrite mark (a walk over its blocks: a schedule made
+    to look took 0.76 of YOLOv8n's 0.91 s in this pass)."""
+
+    def marked(block: s_tir.SBlock) -> tvm_ffi.VisitInterrupt | None:
+        return tvm_ffi.VisitInterrupt(block) if LAYOUT_REWRITE in block.annotations else None
+
+    return tvm_ffi.structural_walk(func.body, (s_tir.SBlock, marked), order="pre") is not None
 
 
 def _split_layout_rewrites() -> tvm.transform.Pass:
