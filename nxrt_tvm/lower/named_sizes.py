@@ -54,9 +54,8 @@ def _renamed(expr: tvm.ir.Expr, chains: list[tuple[type, list[tvm.ir.Expr], int,
     for op, named, constant, var in chains:
         if not isinstance(expr, op):
             continue
-        rest, own = _split_constant(_operands(expr, op))
-        if op is tirx.Mul and own:  # products keep their constants as factors
-            rest, own = _operands(expr, op), 0
+        operands = _operands(expr, op)
+        rest, own = _split_constant(operands) if op is tirx.Add else (operands, 0)  # a product's are factors
         for operand in named:
             k = next((i for i, r in enumerate(rest) if tvm_ffi.structural_equal(r, operand)), None)
             if k is None:
