@@ -26,11 +26,11 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
-from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_region, normalize_prim_func
+from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_region
 from tvm.s_tir.dlight.cpu import Reduction as _DlightReduction
 
 from ..strict import own_failure, raised_by_us
-from .base import CpuRule, extent_of, parallel, parallel_outer, parallel_vectorize, vector_lanes
+from .base import CpuRule, KernelStart, extent_of, parallel, parallel_outer, parallel_vectorize, vector_lanes
 from .core import contraction_shape, pick_j_tile
 
 __all__ = ["Pooling", "RowReduction", "Normalization"]
@@ -123,27 +123,31 @@ class Normalization(CpuRule):
     name = "normalization"
 
     def apply_to(self, start, target):
-        return self.apply(start.func, target, False)
+        return self._apply(start, target, False)
 
     def apply(self, func, target, tunable):
+        return self._apply(KernelStart(func), target, tunable) if isinstance(func, tirx.PrimFunc) else None
+
+    def _apply(self, start: KernelStart, target, tunable: bool):
         try:
-            if target.kind.name != "llvm" or not _has_rows(func):
+            fresh = start.fresh() if target.kind.name == "llvm" else None
+            if fresh is None or not _has_rows(*fresh):
                 return None
-            return _DlightReduction().apply(func, target, tunable)
+            return _DlightReduction().apply(start.func, target, tunable)
         except Exception as exc:  # noqa: BLE001 - dlight refusing the function keeps TVM's default
             if raised_by_us(exc):
                 own_failure(f"schedule rule {self.name!r}", exc)
             return None
 
 
-def _has_rows(func: tirx.PrimFunc) -> bool:
-    """Whether every reduction block keeps a spatial (row) iterator after normalisation and reduces one
-    operand (not a contraction). dlight's rule
-    parallelises the first loop it finds: on a single row ([1, 1000] softmax) that was the reduced axis,
-    every thread recomputing the whole row into one shared scalar (1000x the work, and a data race)."""
-    sch = s_tir.Schedule(func)
-    blocks = normalize_prim_func(sch)
-    if not blocks:
+def _has_rows(sch: s_tir.Schedule, blocks: list) -> bool:
+    """Whether the kernel (its normalised `blocks`, shared by the rules: see `KernelStart`) reduces, and
+    every reduction block keeps a spatial (row) iterator and reduces one operand (not a contraction).
+    dlight's rule parallelises the first loop it finds: on a single row ([1, 1000] softmax) that was the
+    reduced axis, every thread recomputing the whole row into one shared scalar (1000x the work, and a
+    data race). A kernel that reduces nothing is the injective rule's (dlight's made no schedule of it,
+    after making and normalising two more schedules of every elementwise kernel)."""
+    if all(info.is_injective() for info in blocks):
         return False
     for info in blocks:
         if info.is_injective():
