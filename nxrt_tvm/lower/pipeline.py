@@ -134,8 +134,8 @@ def layout_passes(target: tvm.target.Target) -> tuple[list[tvm.transform.Pass], 
     return [relax.transform.AttachAttrLayoutFreeBuffers()], [
         _split_layout_rewrites(),
         *with_bulk_folding([relax.transform.FoldConstant()]),
-        # the weight-packing kernels, run on the constants now: building them cost mobilenet_v3 43 of
-        # its 112 kernels' code generation
+        # the kernels split, and the weight-packing kernels run on the constants now: building those
+        # cost mobilenet_v3 43 of its 112 kernels' code generation
         relax.transform.DeadCodeElimination(),
     ]
 
@@ -184,7 +184,7 @@ def _split_layout_rewrites() -> tvm.transform.Pass:
             return _unsplittable_kept_inside(mod)
         for gv, func in others.items():
             split[gv] = func
-        return relax.transform.DeadCodeElimination()(split)  # the kernels split, now unused
+        return split  # the kernels split stay until the dead-code pass after the fold (`layout_passes`)
 
     return split
 
