@@ -11,7 +11,8 @@ parent must not be finalised there) and runs TVM's parallel loops inline
 (the pool's workers stayed in the parent too). It compiles, exports the
 library (which an EPContext or the compile cache needs anyway) and sends the
 bytes back through a pipe; the parent loads them. A child that dies by a signal, or runs past the time
-limit, becomes a `CompileFailed` that names the signal.
+limit, becomes a `CompileFailed` that names the signal. Its temporary files go into a folder the parent
+made and removes once it has reaped the child: a killed child runs no cleanup of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import gc
 import os
 import pickle
 import select
+import shutil
 import signal
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -71,9 +74,10 @@ def freeze_inherited() -> None:
     gc.freeze()
 
 
-def _child(fn: Callable[[], object], write_fd: int, parent: int) -> None:
+def _child(fn: Callable[[], object], write_fd: int, parent: int, scratch: str) -> None:
     _die_with_parent(parent)
     freeze_inherited()
+    tempfile.tempdir = scratch  # the parent removes it, however this child ends
     # TVM's thread pool came across too, without its worker threads: a parallel kernel run while compiling
     # (FoldConstant) would wait for them forever. With one thread, TVM runs parallel loops inline.
     os.environ["TVM_NUM_THREADS"] = "1"
@@ -120,6 +124,7 @@ class Isolated:
         self.what = what
         self.done = False  #: its result was read (or it was killed) and it was reaped
         parent = os.getpid()
+        self._scratch = tempfile.mkdtemp(prefix="nxrt-tvm-child-")
         self._read_fd, write_fd = os.pipe()
         with (
             warnings.catch_warnings()
@@ -128,7 +133,7 @@ class Isolated:
             self.pid = os.fork()
         if self.pid == 0:  # pragma: no cover - the child's coverage is not collected
             os.close(self._read_fd)
-            _child(fn, write_fd, parent)
+            _child(fn, write_fd, parent, self._scratch)
         os.close(write_fd)
 
     def kill(self) -> None:
@@ -136,14 +141,18 @@ class Isolated:
         os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
         os.close(self._read_fd)
-        self.done = True
+        self._reaped()
 
     def result(self, timeout_s: float):
         """The child's (picklable) result; `CompileFailed` if it failed, crashed or ran past `timeout_s`."""
         try:
             return _result(self._read_fd, self.pid, self.what, timeout_s)
         finally:
-            self.done = True
+            self._reaped()
+
+    def _reaped(self) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)  # what the child left, killed or not
+        self.done = True
 
 
 def start_isolated(fn: Callable[[], T], what: str) -> Isolated:

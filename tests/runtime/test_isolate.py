@@ -101,3 +101,29 @@ def test_the_parents_garbage_is_never_finalised_in_the_child():
         gc.collect()
         if enabled:
             gc.enable()
+
+
+@pytest.mark.parametrize("ending", ["returns", "crashes", "hangs"])
+def test_a_child_leaves_no_temporary_files_however_it_ends(tmp_path, monkeypatch, ending):
+    """A killed or crashed child runs no cleanup: its temporary files go into a folder the parent removes
+    (a timed-out build left an empty codegen folder in /tmp per attempt)."""
+    import tempfile
+    import time
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def work():
+        with tempfile.TemporaryDirectory(prefix="codegen-") as tmp:
+            open(os.path.join(tmp, "kernels0.o"), "wb").close()
+            if ending == "crashes":
+                os.abort()
+            if ending == "hangs":
+                time.sleep(30)
+            return sorted(os.listdir(tmp))
+
+    if ending == "returns":
+        assert run_isolated(work, "a build", 10) == ["kernels0.o"]
+    else:
+        with pytest.raises(CompileFailed):
+            run_isolated(work, "a build", 1)
+    assert list(tmp_path.iterdir()) == []
