@@ -1,6 +1,9 @@
 """Time to a ready session: compile from ONNX vs load from EPContext vs compile-cache hit vs onnxruntime.
 
-    python benchmarks/cold_start.py [--models default resnet bert] [--loads 5] [--json OUT]
+    python benchmarks/cold_start.py [--models default resnet50 bert_tiny] [--loads 5] [--json OUT]
+
+A model is `default` (the bundled one), a real model of the corpus (benchmarks/corpus.py makes it) or
+one of benchmarks/models.py's hand-built ones.
 
 For each model: a session compiling from the plain ONNX model; compile_model
 to an EPContext model, embedded and external, then sessions that load it with
@@ -25,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+import corpus  # noqa: E402  (benchmarks/corpus.py)
 import models  # noqa: E402  (benchmarks/models.py)
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
@@ -126,7 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--models", nargs="+", default=["default", "resnet", "bert"])
+    parser.add_argument("--models", nargs="+", default=["default", "squeezenet", "resnet50", "bert_tiny"])
     parser.add_argument("--loads", type=int, default=5)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", nargs=3, metavar=("KIND", "PATH", "CACHE"), help=argparse.SUPPRESS)
@@ -141,6 +145,8 @@ def main() -> None:
         for name in args.models:
             if name == "default":
                 src = default_model_path()
+            elif (corpus.default_dir() / f"{name}.onnx").is_file():
+                src = corpus.default_dir() / f"{name}.onnx"
             else:
                 src = work / f"{name}.onnx"
                 onnx.save(models.MODELS[name](), src)

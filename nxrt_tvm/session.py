@@ -174,7 +174,12 @@ class InferenceSession:
                 trust,
             )
         with phase("analyse"):
-            self._graph = analyse(model, inline=inlined_ops(self._providers))
+            self._graph = analyse(
+                model,
+                inline=inlined_ops(self._providers),
+                symbolic=not (self.config.disable_model_compile or _all_fixed(model, contexts)),
+                store=next(filter(None, (ep.inference_store() for ep in self._providers)), None),
+            )
         fixed, preloaded = self._context_partitions(contexts)
         with phase("plan"):
             self.plan: PartitionPlan = make_plan(self._graph, self._providers, fixed)
@@ -481,6 +486,12 @@ class InferenceSession:
 #: each side is timed (once, when the session is made)
 SPLIT_MARGIN = 0.05
 SPLIT_CHECK_S = 0.25
+
+
+def _all_fixed(model: onnx.ModelProto, contexts: ResolvedContexts) -> bool:
+    """Whether every node's EP is decided before claims (a compiled model whose contexts all loaded)."""
+    fixed = contexts.loaded.keys() | contexts.fallback_nodes | contexts.planned_fallback
+    return all(node.name in fixed for node in model.graph.node)
 
 
 def _split_by_measurement(live: Sequence[SubgraphClaim]) -> bool:

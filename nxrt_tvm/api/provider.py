@@ -14,7 +14,7 @@ from .device import DeviceId, EpId
 from .errors import UnsupportedContext
 from .kernel import Kernel
 
-__all__ = ["EpConfig", "ExecutionProvider", "Graph", "inlined_ops"]
+__all__ = ["BlobStore", "EpConfig", "ExecutionProvider", "Graph", "inlined_ops"]
 
 
 @runtime_checkable
@@ -34,6 +34,14 @@ class Graph(Protocol):
     def boundary(self, nodes: Iterable[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Values a node set reads from outside (initializers excluded) and values it must export."""
         ...
+
+
+class BlobStore(Protocol):
+    """Bytes by content key, kept across sessions (`ExecutionProvider.inference_store`)."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, data: bytes) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,12 @@ class ExecutionProvider(abc.ABC):
         session inlines them before claims, so the EP fuses across them (onnxruntime inlines a
         function op no EP takes whole the same way)."""
         return frozenset()
+
+    def inference_store(self) -> BlobStore | None:
+        """Where the session may keep what shape inference found in a model, keyed by its content (a
+        compile cache): a session on a model compiled before then needs no inference (sympy's import
+        alone is 0.2 s)."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device})"

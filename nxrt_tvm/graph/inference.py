@@ -7,18 +7,25 @@ cannot prove. onnxruntime's `symbolic_shape_infer` (sympy) follows shape values 
 Shape/Gather/Concat/Reshape/Expand/Slice and merges dims that must be equal (`auto_merge`:
 a broadcast or an elementwise op between them), as its TensorRT EP does before
 partitioning. Where it cannot run (an op it does not know, sympy missing), ONNX's result
-stands.
+stands. A session that claims nothing (a deployment of a compiled model) needs types only and
+skips it; a session with a compile cache keeps what inference found there, keyed by the model.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import logging
 import re
 from fractions import Fraction
+from functools import cache
+from pathlib import Path
 
 import onnx
+from google.protobuf.message import DecodeError
 
 from ..api.errors import InvalidModel
+from ..api.provider import BlobStore
 from ..no_torch import without_torch
 
 __all__ = ["infer"]
@@ -30,18 +37,50 @@ log = logging.getLogger(__name__)
 _TYPE_CONFLICT = "Inferred elem type differs from existing elem type"
 
 
-def infer(light: onnx.ModelProto) -> onnx.ModelProto:
-    """`light` with inferred value_info: ONNX's types, with the symbolic dims where those are known."""
+def infer(
+    light: onnx.ModelProto, *, symbolic: bool = True, store: BlobStore | None = None
+) -> list[onnx.ValueInfoProto]:
+    """`light`'s inferred value_info: ONNX's types, with the symbolic dims where those are known
+    (`symbolic`). Where symbolic inference runs, its result is kept in `store`, keyed by the light
+    model's content (which holds no weights, only their types)."""
+    key = _store_key(light) if symbolic and store is not None else None
+    if key is not None:
+        data = store.get(key)
+        if data is not None:
+            try:
+                return list(onnx.GraphProto.FromString(data).value_info)
+            except DecodeError:
+                log.warning("a stored shape inference result is unreadable; inferring again")
     inferred = _onnx_infer(light)
-    if _all_static(inferred):  # nothing for the symbolic pass to find (and no sympy import: 0.2 s)
-        return inferred
-    symbolic = _symbolic_value_info(inferred)
-    if symbolic:
-        for vi in inferred.graph.value_info:
-            better = symbolic.get(vi.name)
-            if better is not None and better.type.tensor_type.elem_type == vi.type.tensor_type.elem_type:
-                vi.type.tensor_type.shape.CopyFrom(better.type.tensor_type.shape)
-    return inferred
+    if not symbolic or _all_static(inferred):  # nothing to find (and no sympy import: 0.2 s)
+        return list(inferred.graph.value_info)
+    symbolic_info = _symbolic_value_info(inferred)
+    for vi in inferred.graph.value_info:
+        better = symbolic_info.get(vi.name)
+        if better is not None and better.type.tensor_type.elem_type == vi.type.tensor_type.elem_type:
+            vi.type.tensor_type.shape.CopyFrom(better.type.tensor_type.shape)
+    if key is not None:
+        store.put(key, onnx.GraphProto(value_info=inferred.graph.value_info).SerializeToString())
+    return list(inferred.graph.value_info)
+
+
+def _store_key(light: onnx.ModelProto) -> str:
+    h = hashlib.sha256(b"nxrt-tvm.shape_inference.v1\0" + _inference_version().encode() + b"\0")
+    h.update(light.SerializeToString(deterministic=True))
+    return h.hexdigest()
+
+
+@cache
+def _inference_version() -> str:
+    """What the inferred shapes depend on besides the model: this file, onnx, onnxruntime and sympy."""
+    versions = []
+    for package in ("onnx", "onnxruntime", "sympy"):
+        try:
+            versions.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package} none")
+    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return ";".join([source, *versions])
 
 
 def _onnx_infer(light: onnx.ModelProto) -> onnx.ModelProto:

@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model
 
 from ..api.errors import InvalidModel
+from ..api.provider import BlobStore
 from ..api.registry import normalize_domain
 from .functions import inline_function_ops
 from .inference import infer
@@ -333,31 +334,40 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return light
 
 
-def analyse(model: onnx.ModelProto, *, check: bool = True, inline: Collection[str] = ()) -> GraphView:
+def analyse(
+    model: onnx.ModelProto,
+    *,
+    check: bool = True,
+    inline: Collection[str] = (),
+    symbolic: bool = True,
+    store: BlobStore | None = None,
+) -> GraphView:
     """Check, normalise and shape-infer `model` (edited in place) into a `GraphView`; function ops in
-    `inline` are replaced by their ONNX bodies (`nxrt_tvm.graph.functions`)."""
+    `inline` are replaced by their ONNX bodies (`nxrt_tvm.graph.functions`). Symbolic dims are inferred
+    where `symbolic` (claims need them; running a fixed plan does not); `store` keeps what inference
+    found (`inference.infer`)."""
     if check:
         try:
             onnx.checker.check_model(_light_copy(model))
         except (onnx.checker.ValidationError, ValueError) as exc:
             raise InvalidModel(f"model fails onnx.checker: {exc}") from exc
     _normalise(model, inline)
-    if _infer_into(model) and fold_shape_computations(model):
-        _infer_into(model)  # the folded shapes name their dims now
+    if _infer_into(model, symbolic, store) and fold_shape_computations(model):
+        _infer_into(model, symbolic, store)  # the folded shapes name their dims now
     return GraphView(model)
 
 
-def _infer_into(model: onnx.ModelProto) -> bool:
+def _infer_into(model: onnx.ModelProto, symbolic: bool, store: BlobStore | None) -> bool:
     """Replace `model`'s value_info by what `inference.infer` finds; False where inference failed."""
     try:
-        inferred = infer(_light_copy(model))
+        inferred = infer(_light_copy(model), symbolic=symbolic, store=store)
     except InvalidModel:
         raise
     except Exception as exc:  # inference errors are diagnostics, not fatal: ORT may still run it
         logging.getLogger(__name__).warning("ONNX shape inference failed (%s); types stay as declared", exc)
         return False
     del model.graph.value_info[:]
-    model.graph.value_info.extend(inferred.graph.value_info)
+    model.graph.value_info.extend(inferred)
     return True
 
 

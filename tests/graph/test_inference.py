@@ -9,9 +9,11 @@ import sys
 import model_zoo
 import numpy as np
 import onnx
+import pytest
 
+from nxrt_tvm.graph import inference
 from nxrt_tvm.graph.inference import _exact_resize
-from nxrt_tvm.graph.model import load_model
+from nxrt_tvm.graph.model import analyse, load_model
 
 _CHECK = """
 import sys, onnx
@@ -42,6 +44,49 @@ def test_a_symbolic_model_gets_it(tmp_path):
     for node in graph.nodes:
         for out in node.output:
             assert graph.value_info[out].shape[0] == "N"
+
+
+class _Store(dict):
+    """A `BlobStore` in memory."""
+
+    def put(self, key: str, data: bytes) -> None:
+        self[key] = data
+
+
+@pytest.fixture
+def symbolic_runs(monkeypatch) -> list[int]:
+    """One entry per run of the symbolic pass."""
+    calls: list[int] = []
+    real = inference._symbolic_value_info
+    monkeypatch.setattr(inference, "_symbolic_value_info", lambda m: calls.append(1) or real(m))
+    return calls
+
+
+def _value_info(graph) -> dict:
+    return {name: (vi.elem_type, vi.shape) for name, vi in graph.value_info.items()}
+
+
+def test_a_stored_symbolic_inference_is_read_not_run_again(symbolic_runs):
+    """A second session with a compile cache reads what the first inferred (no sympy import, 0.2 s); a
+    stored result that does not parse is inferred again."""
+    store = _Store()
+    first = analyse(model_zoo.mlp(), store=store)
+    runs = len(symbolic_runs)
+    assert runs >= 1 and 1 <= len(store) <= runs
+    second = analyse(model_zoo.mlp(), store=store)
+    assert len(symbolic_runs) == runs and _value_info(second) == _value_info(first)
+    for key in store:
+        store[key] = b"\xff\xff not a GraphProto"
+    third = analyse(model_zoo.mlp(), store=store)
+    assert len(symbolic_runs) == 2 * runs and _value_info(third) == _value_info(first)
+
+
+def test_a_fixed_plan_skips_the_symbolic_pass(symbolic_runs):
+    """`symbolic=False` (a session that claims nothing) gives ONNX's types alone and stores nothing."""
+    store = _Store()
+    graph = analyse(model_zoo.mlp(), symbolic=False, store=store)
+    assert not symbolic_runs and not store
+    assert all(graph.value_info[out].elem_type for node in graph.nodes for out in node.output)
 
 
 def _resize_chain(scales: list[float]) -> onnx.ModelProto:

@@ -15,7 +15,8 @@ from ...api.claim import ClaimResult, Cost, Decline, DeclineSignal, Rejected, Su
 from ...api.device import DeviceType, EpId
 from ...api.errors import CompileDisabled, CompileFailed, UnsupportedContext
 from ...api.kernel import Kernel, KernelVariant
-from ...api.provider import ExecutionProvider
+from ...api.provider import BlobStore, ExecutionProvider
+from ...epcontext.cache import CompileCache
 from ...epcontext.record import EpContext
 from ...graph.model import GraphView
 from ...lower.build import weight_names
@@ -79,6 +80,10 @@ class TvmExecutionProvider(ExecutionProvider):
 
     def optimizer_passes(self) -> list[tvm.transform.Pass]:
         return list(self.lowering.user_passes)
+
+    def inference_store(self) -> BlobStore | None:
+        """The compile cache (`cache_dir`), where one is set."""
+        return None if self.builder.cache is None else _InferenceStore(self.builder.cache)
 
     # -- capability ------------------------------------------------------------------
     def function_ops(self) -> frozenset[str]:
@@ -300,3 +305,17 @@ class TvmExecutionProvider(ExecutionProvider):
         kernel = kernel_of(context, self.target, self.device, self.weights, initializers or {})
         self.builder.stats["loaded"] += 1
         return kernel
+
+
+class _InferenceStore:
+    """A compile cache as the session's `BlobStore` for shape inference: an entry of its own per model."""
+
+    def __init__(self, cache: CompileCache):
+        self.cache = cache
+
+    def get(self, key: str) -> bytes | None:
+        entry = self.cache.get(key)
+        return entry.blob if entry is not None and entry.blob else None
+
+    def put(self, key: str, data: bytes) -> None:
+        self.cache.put(key, data, {"kind": "shape inference"})
