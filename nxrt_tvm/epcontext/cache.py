@@ -11,11 +11,13 @@ and no reader can ever pair a new blob with old metadata::
     <directory>/v1/<key[:2]>/<key>.entry    MAGIC | u64 BE header length | header JSON | blob
     <directory>/v1/<key[:2]>/.tmp-*         in-flight writes; never read, removed after 1 h
 
-The header JSON is {"key", "size", "sha256", "created", "meta"}. The entry file's mtime is
-its last-used time: a hit touches it and eviction removes the oldest first. Reads take no
-lock: they read everything through one open descriptor, so a concurrent replace or delete
-yields the whole old entry, the whole new one, or a miss. A corrupt entry is deleted (under
-the lock, only if it is still the same file) and reported as a miss, so the caller rebuilds.
+The header JSON is {"key", "size", "sha256", "created", "meta"}, padded with blanks so that the
+blob starts 64-byte aligned: a hit maps a large blob's constants from the file (`map_blob`). The
+entry file's mtime is its last-used time: a hit touches it and eviction removes the oldest
+first. Reads take no lock: they read (or map) everything through one open descriptor, so a
+concurrent replace or delete yields the whole old entry, the whole new one, or a miss. A
+corrupt entry is deleted (under the lock, only if it is still the same file) and reported as a
+miss, so the caller rebuilds.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from filelock import FileLock, Timeout
 
 from ..api.errors import EpError
 from ..fileio import atomic_file, fsync_dir
+from ..runtime.artifact import Blob, map_blob
 
 __all__ = ["CacheEntry", "CacheEntryInfo", "CacheError", "CompileCache", "cache_key"]
 
@@ -49,6 +52,8 @@ _SUFFIX = ".entry"
 _TMP_PREFIX = ".tmp-"
 _STALE_TMP_S = 3600.0  # a temp file this old belongs to a writer that died
 _LOCK_TIMEOUT_S = 120.0  # writers only hold the lock for a rename and a directory scan
+#: where a blob starts in its file: its constants then lie aligned when mapped (`runtime.artifact.map_blob`)
+_BLOB_ALIGN = 64
 
 
 class CacheError(EpError):
@@ -60,7 +65,7 @@ class CacheEntry:
     """A verified hit: the blob's size and sha256 matched what `put` recorded."""
 
     key: str
-    blob: bytes = field(repr=False)  # may be 200 MB: keep it out of reprs and logs
+    blob: Blob = field(repr=False)  # may be 200 MB, mapped from the entry file: kept out of reprs and logs
     meta: dict[str, Any]
     sha256: str = ""  #: the blob's, as checked
 
@@ -185,6 +190,7 @@ class CompileCache:
             ).encode()
         except (TypeError, ValueError) as e:
             raise ValueError(f"meta for cache key {key} is not JSON-serialisable: {e}") from e
+        header += b" " * (-(_PREFIX + len(header)) % _BLOB_ALIGN)  # JSON ends in blanks as well
         path = self._path(key)
 
         def publish(tmp: str) -> None:
@@ -262,7 +268,7 @@ def _decode(key: str, f: Any, size: int) -> CacheEntry | str:
     header = _decode_header(key, f, size)
     if isinstance(header, str):
         return header
-    blob = f.read(header["size"])
+    blob = map_blob(f, f.tell(), header["size"])
     if len(blob) != header["size"] or hashlib.sha256(blob).hexdigest() != header["sha256"]:
         return "sha256 mismatch"
     return CacheEntry(key, blob, header["meta"], header["sha256"])

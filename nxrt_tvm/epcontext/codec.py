@@ -14,6 +14,7 @@ import onnx
 from onnx import helper
 
 from ..api.errors import ContextIntegrityError, ContextPathError
+from ..runtime.artifact import map_blob
 from .record import BlobVariant, EpContext, TensorSignature
 
 __all__ = [
@@ -50,7 +51,7 @@ def encode_node(ctx: EpContext, node_name: str) -> onnx.NodeProto:
     if ctx.variants:
         notes["variants"] = [v.to_json() for v in ctx.variants]
     if ctx.embed_mode == 1:
-        cache_context: bytes | str = ctx.blob
+        cache_context: bytes | str = bytes(ctx.blob)
     elif ctx.external_path:
         cache_context = ctx.external_path
     else:
@@ -117,7 +118,9 @@ def decode_node(node: onnx.NodeProto, model_dir: Path | None) -> EpContext:
             blob = raw
         else:
             external = raw.decode()
-            blob = resolve_external(model_dir, external, partition).read_bytes()
+            with open(resolve_external(model_dir, external, partition), "rb") as f:
+                # one library, its weights mapped; a fat blob's libraries lie past the first's head: read
+                blob = f.read() if "variants" in notes else map_blob(f)
         inputs = tuple(TensorSignature.from_json(v) for v in notes.get("inputs", []))
         return EpContext(
             source=attrs.get("source", b"").decode(),

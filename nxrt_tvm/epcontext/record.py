@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from ..graph.model import ValueInfo
+from ..runtime.artifact import Blob
 
 __all__ = [
     "EpContext",
@@ -24,7 +25,7 @@ FORMAT_VERSION = 3
 FAT_FORMAT_VERSION = 4
 
 
-def sha256_hex(data: bytes) -> str:
+def sha256_hex(data: Blob) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -101,7 +102,7 @@ class EpContext:
 
     source: str
     partition_name: str
-    blob: bytes = field(repr=False)
+    blob: Blob = field(repr=False)  #: bytes, or a blob file's mapped view (`runtime.artifact.map_blob`)
     embed_mode: int
     target: str
     hardware_architecture: str

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import mmap
 import os
 import shutil
 import struct
@@ -20,6 +21,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import tvm
@@ -30,7 +32,10 @@ from ..lower.lift_constants import LIFTABLE_DTYPES
 from ..lower.target import host_arch
 from .elf import elf_problem
 
-__all__ = ["Library", "blob_problem", "export_executable", "load_executable"]
+__all__ = ["Blob", "Library", "blob_problem", "export_executable", "load_executable", "map_blob"]
+
+#: a blob in memory: bytes, or a view of a blob file mapped by `map_blob`
+Blob = bytes | memoryview
 
 PACKED_MAGIC = b"NXRTPKD\x01"  #: a packed blob's first bytes (a library alone starts b"\x7fELF")
 _INDEX_SIZE = struct.Struct("<Q")
@@ -49,12 +54,21 @@ class Library:
     def of(
         cls, module: relax.VMExecutable | tvm.runtime.Module, constants: Sequence[np.ndarray]
     ) -> "Library":
-        """`module` with its lifted `constants` copied into TVM tensors (aligned as kernels assume)."""
-        return cls(module, tuple(tvm.runtime.tensor(c) for c in constants))
+        """`module` with its lifted `constants` as TVM tensors (`_tensor`)."""
+        return cls(module, tuple(_tensor(c) for c in constants))
 
     def blob(self) -> bytes:
         """This library as a blob (an executable built with its kernels' code in it)."""
         return export_executable(self.module, constants=[c.numpy() for c in self.constants])
+
+
+def _tensor(array: np.ndarray) -> tvm.runtime.Tensor:
+    """`array` as a TVM tensor over its own memory where TVM can take it (64-byte aligned as kernels
+    assume, writable, contiguous: a mapped blob's constants are then never copied), else a copy."""
+    flags = array.flags
+    if array.nbytes and flags.writeable and flags.c_contiguous and array.ctypes.data % _ALIGN == 0:
+        return tvm.runtime.from_dlpack(array)
+    return tvm.runtime.tensor(array)
 
 
 def _aligned(n: int) -> int:
@@ -101,12 +115,12 @@ class _Malformed(ValueError):
     """A packed blob's index describes parts that are not there."""
 
 
-def _unpack(blob: bytes) -> tuple[bytes, list[np.ndarray]]:
+def _unpack(blob: Blob) -> tuple[bytes, list[np.ndarray]]:
     """The library of a blob and its constants (views into the blob), its index checked first: a
     malformed one raises `_Malformed`, never reads past the blob's end."""
-    if not blob.startswith(PACKED_MAGIC):
-        return blob, []
     view, at = memoryview(blob), len(PACKED_MAGIC) + _INDEX_SIZE.size
+    if view[: len(PACKED_MAGIC)] != PACKED_MAGIC:
+        return bytes(view), []
     if len(view) < at:
         raise _Malformed("its header is truncated")
     (size,) = _INDEX_SIZE.unpack_from(view, len(PACKED_MAGIC))
@@ -132,7 +146,7 @@ def _unpack(blob: bytes) -> tuple[bytes, list[np.ndarray]]:
     return bytes(data[:library_size]), arrays
 
 
-def _checked_parts(blob: bytes) -> tuple[bytes, list[np.ndarray]] | str:
+def _checked_parts(blob: Blob) -> tuple[bytes, list[np.ndarray]] | str:
     """The library and constants of `blob`, or what makes it unsafe to load on this host (an index
     describing parts that are not there, a library dlopen would crash on: see `runtime.elf`)."""
     try:
@@ -143,7 +157,7 @@ def _checked_parts(blob: bytes) -> tuple[bytes, list[np.ndarray]] | str:
     return problem if problem is not None else (library, constants)
 
 
-def blob_problem(blob: bytes) -> str | None:
+def blob_problem(blob: Blob) -> str | None:
     """What makes `blob` unsafe to load on this host, or None (`_checked_parts`)."""
     parts = _checked_parts(blob)
     return parts if isinstance(parts, str) else None
@@ -161,7 +175,7 @@ _LOADED: dict[str, Library] = {}
 _LOADED_LOCK = threading.Lock()
 
 
-def load_executable(blob: bytes, name: str, sha256: str | None = None) -> Library:
+def load_executable(blob: Blob, name: str, sha256: str | None = None) -> Library:
     """Load a blob made by `export_executable` (`sha256`: its digest, where the caller checked it).
 
     TVM never unloads a library (its functions stay registered), so a blob is loaded once per process:
@@ -178,7 +192,7 @@ def load_executable(blob: bytes, name: str, sha256: str | None = None) -> Librar
     return library
 
 
-def _load(blob: bytes, name: str) -> Library:
+def _load(blob: Blob, name: str) -> Library:
     """dlopen the blob's library from a temp file, unlinked once it is mapped; copy its constants out."""
     parts = _checked_parts(blob)
     if isinstance(parts, str):
@@ -194,3 +208,59 @@ def _load(blob: bytes, name: str) -> Library:
     finally:
         os.unlink(path)
     return Library.of(module, constants)
+
+
+#: blobs smaller than this are read whole: mapping them saves nothing
+_MAP_MIN_BYTES = 1 << 20
+
+
+def map_blob(file: BinaryIO, offset: int = 0, size: int | None = None) -> Blob:
+    """The blob stored at `offset` of an open file (to its end, or `size` bytes), ready to check and load.
+
+    Its head and library are read into memory, so the code that is checked is the code that loads, whatever
+    the file does next; its constants stay mapped from the file, copy-on-write (never written back), so
+    neither reading nor loading copies the weights (`Library.of` hands them to TVM as they lie). A blob that
+    is not packed, or small, is read whole. The file must not be truncated while the blob is in use (a
+    mapped page past its end faults): writers replace files whole (`fileio.atomic_file`).
+    """
+    fd = file.fileno()
+    size = os.fstat(fd).st_size - offset if size is None else size
+    private = _private_size(fd, offset, size)
+    if private >= size or size < _MAP_MIN_BYTES:
+        return _pread(fd, size, offset)
+    mapped = mmap.mmap(fd, offset + size, access=mmap.ACCESS_COPY)
+    view = memoryview(mapped)[offset : offset + size]
+    head = _pread(fd, private, offset)
+    if len(head) < private:  # the file shrank since it was measured: a short blob its checks refuse
+        return head
+    view[:private] = head  # these pages are private copies now, no longer the file's
+    return view
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    """Up to `size` bytes at `offset` (fewer only where the file ends first)."""
+    chunks, done = [], 0
+    while done < size:
+        chunk = os.pread(fd, size - done, offset + done)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        done += len(chunk)
+    return b"".join(chunks)
+
+
+def _private_size(fd: int, offset: int, size: int) -> int:
+    """How many of the blob's first bytes hold its head and library (all of them where it is not packed,
+    or its index does not parse: checks then refuse it from the copy read whole)."""
+    at = len(PACKED_MAGIC) + _INDEX_SIZE.size
+    head = _pread(fd, at, offset)
+    if len(head) < at or head[: len(PACKED_MAGIC)] != PACKED_MAGIC:
+        return size
+    (index_size,) = _INDEX_SIZE.unpack_from(head, len(PACKED_MAGIC))
+    if at + index_size > size:
+        return size
+    try:
+        library = int(json.loads(_pread(fd, index_size, offset + at))["library"])
+    except (ValueError, TypeError, KeyError):
+        return size
+    return min(size, _aligned(at + index_size) + max(library, 0))

@@ -33,6 +33,18 @@ def temp_files(directory: Path) -> list[Path]:
     return sorted(directory.rglob(".tmp-*"))
 
 
+@pytest.mark.parametrize("meta", [{}, {"partition": "p" * 37}, {"n": list(range(100))}])
+def test_a_blob_starts_64_byte_aligned_in_its_entry_file(tmp_path, meta):
+    """A hit maps a large blob's constants from the entry file, which TVM takes only 64-byte aligned."""
+    cache = CompileCache(tmp_path / "c")
+    k, blob = key("aligned"), os.urandom(3 << 20)
+    cache.put(k, blob, meta)
+    data = entry_file(cache, k).read_bytes()
+    assert len(data) % 64 == len(blob) % 64 and data.endswith(blob)
+    got = cache.get(k)
+    assert got is not None and got.blob == blob and got.meta == meta
+
+
 def test_put_get_round_trip(tmp_path):
     cache = CompileCache(tmp_path / "c")
     k, blob, meta = key("a"), os.urandom(10_000), {"target": "llvm", "nested": {"n": [1, 2.5, None]}}

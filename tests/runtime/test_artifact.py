@@ -18,7 +18,15 @@ from nxrt_tvm.graph.model import load_model
 from nxrt_tvm.lower import build
 from nxrt_tvm.lower.lift_constants import LIFT_MIN_BYTES
 from nxrt_tvm.lower.target import make_target
-from nxrt_tvm.runtime.artifact import PACKED_MAGIC, Library, blob_problem, export_executable, load_executable
+from nxrt_tvm.runtime import artifact
+from nxrt_tvm.runtime.artifact import (
+    PACKED_MAGIC,
+    Library,
+    blob_problem,
+    export_executable,
+    load_executable,
+    map_blob,
+)
 from nxrt_tvm.runtime.kernel import TvmKernel
 
 MODEL = model_zoo.mlp(batch=4)  # fc1 (32 KiB) and fc2 (64 KiB) are lifted; fc3 (5 KiB) stays in the library
@@ -70,3 +78,30 @@ def test_a_packed_index_placing_a_constant_past_the_end_is_refused():
     assert "its packed index is malformed: a constant lies outside its data" in blob_problem(forged)
     with pytest.raises(nx.EpLoadFailed, match="not a loadable shared library: its packed index is malformed"):
         load_executable(forged, "forged")
+
+
+def test_a_mapped_blob_loads_its_constants_where_they_lie_and_its_library_from_a_copy(tmp_path, monkeypatch):
+    """`map_blob` maps a blob file's weights and TVM takes them in place (no copy to read or load them);
+    its head and library are read, so what the file holds afterwards changes nothing that was checked."""
+    monkeypatch.setattr(artifact, "_MAP_MIN_BYTES", 0)  # this blob is small
+    monkeypatch.setattr(artifact, "_LOADED", {})  # another test may have loaded the same bytes
+    constants: list[np.ndarray] = []
+    graph, executable = _build(constants)
+    blob = export_executable(executable, constants=constants)
+    path = tmp_path / "mlp.tvm.so"
+    path.write_bytes(b"padding!" * 8 + blob)  # at an offset, as in a compile-cache entry
+    with open(path, "rb") as f:
+        mapped = map_blob(f, 64)
+    assert isinstance(mapped, memoryview) and mapped == blob
+    at = len(PACKED_MAGIC) + 8
+    index_size = int.from_bytes(blob[len(PACKED_MAGIC) : at], "little")
+    library_end = -(-(at + index_size) // 64) * 64 + json.loads(blob[at : at + index_size])["library"]
+    with open(path, "r+b") as f:  # rewritten in place, as a concurrent writer could
+        f.seek(64)
+        f.write(b"\0" * library_end)
+    assert mapped[:library_end] == blob[:library_end]
+    loaded = load_executable(mapped, "mlp")
+    start = np.frombuffer(mapped, np.uint8).ctypes.data
+    for tensor in loaded.constants:
+        assert start <= np.from_dlpack(tensor).ctypes.data < start + len(mapped)  # in the mapping: no copy
+    assert_parity(_run(graph, loaded), ort_run(MODEL, FEEDS))

@@ -315,7 +315,7 @@ class _InferenceStore:
 
     def get(self, key: str) -> bytes | None:
         entry = self.cache.get(key)
-        return entry.blob if entry is not None and entry.blob else None
+        return bytes(entry.blob) if entry is not None and entry.blob else None
 
     def put(self, key: str, data: bytes) -> None:
         self.cache.put(key, data, {"kind": "shape inference"})
