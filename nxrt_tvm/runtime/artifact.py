@@ -10,6 +10,7 @@ blob loads native code, so callers check it first (see `epcontext.compat`); its 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import mmap
@@ -32,7 +33,16 @@ from ..lower.lift_constants import LIFTABLE_DTYPES
 from ..lower.target import host_arch
 from .elf import elf_problem
 
-__all__ = ["Blob", "Library", "blob_problem", "export_executable", "load_executable", "map_blob"]
+__all__ = [
+    "Blob",
+    "Library",
+    "blob_problem",
+    "export_executable",
+    "load_executable",
+    "map_blob",
+    "scratch_dir",
+    "write_blob",
+]
 
 #: a blob in memory: bytes, or a view of a blob file mapped by `map_blob`
 Blob = bytes | memoryview
@@ -59,7 +69,7 @@ class Library:
 
     def blob(self) -> bytes:
         """This library as a blob (an executable built with its kernels' code in it)."""
-        return export_executable(self.module, constants=[c.numpy() for c in self.constants])
+        return export_executable(self.module, constants=[np.from_dlpack(c) for c in self.constants])
 
 
 def _tensor(array: np.ndarray) -> tvm.runtime.Tensor:
@@ -78,8 +88,21 @@ def _aligned(n: int) -> int:
 def export_executable(
     executable: relax.VMExecutable, objects: Sequence[str] = (), constants: Sequence[np.ndarray] = ()
 ) -> bytes:
-    """The blob of a compiled partition: its shared library (linked by the system C++ compiler, with the
-    `objects` of its kernels built elsewhere: `runtime.codegen`), packed with its lifted `constants`."""
+    """The blob of a compiled partition, in memory (`write_blob`)."""
+    buffer = io.BytesIO()
+    write_blob(buffer, executable, objects, constants)
+    return buffer.getvalue()
+
+
+def write_blob(
+    file: BinaryIO,
+    executable: relax.VMExecutable,
+    objects: Sequence[str] = (),
+    constants: Sequence[np.ndarray] = (),
+) -> None:
+    """Write the blob of a compiled partition to `file`: its shared library (linked by the system C++
+    compiler, with the `objects` of its kernels built elsewhere: `runtime.codegen`), packed with its
+    lifted `constants`, each written from where it lies (VGG-19's 548 MB are not gathered in memory)."""
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         raise CompileInterrupted(
             "exporting a compiled partition needs a C++ compiler "
@@ -89,10 +112,13 @@ def export_executable(
         path = Path(tmp) / "partition.so"
         executable.export_library(str(path), addons=list(objects))
         library = path.read_bytes()
-    return _pack(library, constants) if constants else library
+    if constants:
+        _write_packed(file, library, constants)
+    else:
+        file.write(library)
 
 
-def _pack(library: bytes, constants: Sequence[np.ndarray]) -> bytes:
+def _write_packed(file: BinaryIO, library: bytes, constants: Sequence[np.ndarray]) -> None:
     """The magic, the index's size and the index, then from the next aligned offset (the data's start)
     the library and each constant; the index gives offsets from the data's start."""
     arrays = [np.ascontiguousarray(c) for c in constants]
@@ -102,13 +128,15 @@ def _pack(library: bytes, constants: Sequence[np.ndarray]) -> bytes:
         end = _aligned(end + array.nbytes)
     index = json.dumps({"library": len(library), "constants": entries}).encode()
     head = PACKED_MAGIC + _INDEX_SIZE.pack(len(index)) + index
-    start = _aligned(len(head))
-    out = bytearray(start + end)
-    out[: len(head)] = head
-    out[start : start + len(library)] = library
-    for (offset, _, _), array in zip(entries, arrays):
-        out[start + offset : start + offset + array.nbytes] = memoryview(array.reshape(-1).view(np.uint8))
-    return bytes(out)
+    file.write(head + bytes(_aligned(len(head)) - len(head)))
+    parts = [(0, memoryview(library))]
+    parts += [(entry[0], memoryview(a.reshape(-1).view(np.uint8))) for entry, a in zip(entries, arrays)]
+    at = 0
+    for offset, data in parts:
+        file.write(bytes(offset - at))
+        file.write(data)
+        at = offset + data.nbytes
+    file.write(bytes(end - at))
 
 
 class _Malformed(ValueError):
@@ -163,7 +191,7 @@ def blob_problem(blob: Blob) -> str | None:
     return parts if isinstance(parts, str) else None
 
 
-def _scratch_dir() -> str | None:
+def scratch_dir() -> str | None:
     """A memory-backed folder (tmpfs) for the file dlopen needs;
     writing a large blob to disk costs more than loading it."""
     shm = "/dev/shm"
@@ -198,7 +226,7 @@ def _load(blob: Blob, name: str) -> Library:
     if isinstance(parts, str):
         raise EpLoadFailed(name, f"the compiled partition is not a loadable shared library: {parts}")
     library, constants = parts
-    fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so", dir=_scratch_dir())
+    fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so", dir=scratch_dir())
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(library)

@@ -20,7 +20,7 @@ from ..api.tensor import ALIGNMENT, TensorView, aligned_empty
 from ..frontend import GuardFailure, parse_guard_failure
 from ..graph.model import ValueInfo
 from ..lower.target import tvm_device
-from .artifact import Library
+from .artifact import Blob, Library
 
 __all__ = ["TvmKernel", "POOL_THREADS", "use_threads"]
 
@@ -121,7 +121,7 @@ class TvmKernel(Kernel):
         inputs: Sequence[ValueInfo],
         outputs: Sequence[ValueInfo],
         weights: Sequence[tuple[str, tvm.runtime.Tensor]] = (),
-        blob: bytes | None = None,
+        blob: Blob | None = None,
         variants: Sequence[KernelVariant] = (),
     ):
         self.library = library

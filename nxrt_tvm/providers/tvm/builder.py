@@ -7,10 +7,12 @@ from `built`, so a partition is built once per session.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 import tvm
@@ -26,7 +28,7 @@ from ...lower.build import check_shapes, compile_partition, locate_failure, part
 from ...lower.pipeline import Lowering, codegen_digest
 from ...lower.target import runtime_threads, tvm_device
 from ...partition.claims import partition_name
-from ...runtime.artifact import Library, export_executable, load_executable
+from ...runtime.artifact import Blob, Library, load_executable, map_blob, scratch_dir, write_blob
 from ...runtime.codegen import ParallelCodegen
 from ...runtime.isolate import fork_available, run_isolated
 from ...runtime.measure import PartitionTiming
@@ -36,10 +38,10 @@ from .options import TvmOptions
 __all__ = ["PartitionBuilder"]
 
 #: (library, blob): library None on a compile-only host (CUDA, no GPU), blob None for an in-process build
-Built = tuple["Library | None", "bytes | None"]
+Built = tuple["Library | None", "Blob | None"]
 
 
-def _blob(built: Built) -> bytes:
+def _blob(built: Built) -> Blob:
     """A build's blob: the one it came with (an isolated build), else its library exported."""
     library, blob = built
     return blob if blob is not None else library.blob()
@@ -78,7 +80,7 @@ class PartitionBuilder:
         self.built: dict[str, Built] = {}
         #: cache hits whose blob is not read yet, each with how to read it: read, verified and loaded on
         #: first use (`library`), so a partition the cost policy declines on a remembered timing never is
-        self._unloaded: dict[str, Callable[[], tuple[bytes, str | None]]] = {}
+        self._unloaded: dict[str, Callable[[], tuple[Blob, str | None]]] = {}
         #: per partition proven this session, its compile-cache key and the metadata stored under it
         self.entries: dict[str, tuple[str, dict]] = {}
         #: per partition, which implementation each of its kernels runs (tuned, default rule, ...) and why
@@ -195,7 +197,7 @@ class PartitionBuilder:
 
     def _cached_blob(
         self, key: str, graph: GraphView, group: tuple[int, ...], name: str
-    ) -> tuple[bytes, str | None]:
+    ) -> tuple[Blob, str | None]:
         """The blob of a cache hit, verified; built again where the entry went bad or away since its
         metadata was read (another process evicted it, a disk error)."""
         entry = self.cache.get(key)
@@ -253,7 +255,7 @@ class PartitionBuilder:
 
             what = f"partition {name} ({len(nodes)} nodes)"
 
-            def child() -> tuple[bytes, list[KernelVariant], dict[str, tuple[float, int]]]:
+            def child(path: str) -> tuple[list[KernelVariant], dict[str, tuple[float, int]]]:
                 notes: list[KernelVariant] = []
                 with record_phases() as times, tempfile.TemporaryDirectory(prefix="nxrt-tvm-codegen-") as tmp:
                     codegen = ParallelCodegen(self.jobs, tmp, self.timeout_s, what)
@@ -261,11 +263,17 @@ class PartitionBuilder:
                     executable = compile_partition(
                         graph, nodes, name, self.target, self.lowering, weights, notes, codegen, constants
                     )
-                    with phase("export"):
-                        blob = export_executable(executable, codegen.objects, constants)
-                return blob, notes, {p: (s, times.calls[p]) for p, s in times.seconds.items()}
+                    with phase("export"), open(path, "wb") as f:
+                        write_blob(f, executable, codegen.objects, constants)
+                return notes, {p: (s, times.calls[p]) for p, s in times.seconds.items()}
 
-            blob, notes, times = run_isolated(child, what, self.timeout_s)
+            # The blob comes back as a file the parent maps (`map_blob`): through the pipe, VGG-19's
+            # 548 MB of weights were pickled, sent, joined and unpickled (3 s), then copied into TVM.
+            with tempfile.TemporaryDirectory(prefix="nxrt-tvm-build-", dir=scratch_dir()) as handoff:
+                path = os.path.join(handoff, "partition.blob")
+                notes, times = run_isolated(partial(child, path), what, self.timeout_s)
+                with open(path, "rb") as f:
+                    blob = map_blob(f)
             add_phases(times)  # the child's own phases (import, passes, schedules, codegen, export)
             if variants is not None:
                 variants[:] = notes
