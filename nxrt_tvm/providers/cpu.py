@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,12 +15,11 @@ from ..api.errors import KernelFailed, NoEpForOp
 from ..api.kernel import Kernel
 from ..api.provider import ExecutionProvider
 from ..api.tensor import TensorView
-from ..graph.extract import extract_model
 from ..graph.model import GraphView
 from ..options import as_bool, as_int, reject_unknown
 from ..partition.claims import make_claims
 from ..partition.grouping import group_nodes
-from ..runtime.ort_session import ort_session_options
+from ..runtime.ort_session import ort_session_options, partition_for_ort
 
 __all__ = ["CPUExecutionProvider", "OrtKernel"]
 
@@ -37,8 +36,10 @@ class OrtKernel(Kernel):
         options: ort.SessionOptions,
         device: DeviceId,
         declared: Sequence[np.dtype | None],
+        weights: Mapping[str, ort.OrtValue] | None = None,
     ):
         self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        self._weights = weights  # the initializers `options` hands over: they live as long as the session
         # onnxruntime's own lists: the graph's inputs less initializers, its outputs, in the model's order
         self.input_names = tuple(i.name for i in self._session.get_inputs())
         self.output_names = tuple(o.name for o in self._session.get_outputs())
@@ -165,13 +166,11 @@ class CPUExecutionProvider(ExecutionProvider):
         return OrtKernel(model, options, self.device, declared)
 
     def compile(self, graph: GraphView, claim: SubgraphClaim) -> OrtKernel:
-        model = extract_model(
-            graph, claim.nodes, claim.inputs, claim.outputs, claim.name, internal_shapes=False
-        )
-        options = ort_session_options(self.threads, self.spinning)
+        model, weights = partition_for_ort(graph, claim.nodes, claim.inputs, claim.outputs, claim.name)
+        options = ort_session_options(self.threads, self.spinning, weights)
         declared = [_declared_dtype(o) for o in model.graph.output]
         try:
-            return OrtKernel(model.SerializeToString(), options, self.device, declared)
+            return OrtKernel(model.SerializeToString(), options, self.device, declared, weights)
         except Exception as exc:
             node = graph.nodes[claim.nodes[0]]
             bad = next(

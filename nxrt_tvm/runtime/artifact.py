@@ -9,7 +9,6 @@ blob loads native code, so callers check it first (see `epcontext.compat`); its 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -206,17 +205,19 @@ _LOADED_LOCK = threading.Lock()
 def load_executable(blob: Blob, name: str, sha256: str | None = None) -> Library:
     """Load a blob made by `export_executable` (`sha256`: its digest, where the caller checked it).
 
-    TVM never unloads a library (its functions stay registered), so a blob is loaded once per process:
-    loading the same bytes again (a second session of a model) shares the first load's module and
-    constants, where a new load would map another copy of its code and weights for the process's life.
-    Sessions share only read-only state; each makes its own VM. Malformed ELF is refused before dlopen,
-    which would crash on it (see `runtime.elf`).
+    TVM never unloads a library (its functions stay registered), so a blob with a digest (an EPContext,
+    a compile-cache hit) is loaded once per process: loading the same bytes again (a second session of a
+    model) shares the first load's module and constants, where a new load would map another copy of its
+    code and weights for the process's life. A blob without one (a build of this session) is loaded on its
+    own, unhashed (VGG-19's 548 MB: 0.6 s). Sessions share only read-only state; each makes its own VM.
+    Malformed ELF is refused before dlopen, which would crash on it (see `runtime.elf`).
     """
-    digest = sha256 or hashlib.sha256(blob).hexdigest()
+    if sha256 is None:
+        return _load(blob, name)
     with _LOADED_LOCK:
-        library = _LOADED.get(digest)
+        library = _LOADED.get(sha256)
         if library is None:
-            library = _LOADED[digest] = _load(blob, name)
+            library = _LOADED[sha256] = _load(blob, name)
     return library
 
 

@@ -24,7 +24,7 @@ is reported unmeasured, before TVM code ever sees them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -40,12 +40,11 @@ from onnxruntime.capi.onnxruntime_pybind11_state import RuntimeException as OrtR
 
 from ..api.device import DeviceId, DeviceType
 from ..api.tensor import TensorView, aligned_empty
-from ..graph.extract import extract_model
 from ..graph.model import GraphView
 from ..timing import median_seconds
 from .artifact import Library
 from .kernel import TvmKernel, use_threads
-from .ort_session import ort_session
+from .ort_session import ort_session, partition_for_ort
 
 __all__ = [
     "PartitionTiming",
@@ -135,8 +134,10 @@ def representative_inputs(graph: GraphView, names: Sequence[str]) -> list[dict[s
     return [dict(zip(names, arrays)) for arrays in unique.values()]
 
 
-def _session(model: onnx.ModelProto, threads: int = 0) -> ort.InferenceSession:
-    return ort_session(model.SerializeToString(), threads)
+def _session(
+    model: onnx.ModelProto, threads: int = 0, weights: Mapping[str, ort.OrtValue] | None = None
+) -> ort.InferenceSession:
+    return ort_session(model.SerializeToString(), threads, weights=weights)
 
 
 @lru_cache(maxsize=1)
@@ -162,7 +163,7 @@ def measure_partition(
     onnxruntime (a text detector's symbolic convs beat onnxruntime on 32 x 32 maps and lost on 480 x 480).
     Both run on `threads` threads (0: all), the session's `intra_op_num_threads`."""
     inputs, outputs = graph.boundary(nodes)
-    alone = extract_model(graph, nodes, inputs, outputs, name, internal_shapes=False)  # as the fallback runs
+    alone = partition_for_ort(graph, nodes, inputs, outputs, name)  # as the fallback runs it
     for other in REPRESENTATIVE_SIZES["other"]:
         made = _inputs(graph, inputs, other)
         if made is None:
@@ -204,13 +205,15 @@ def measure_partition(
     return timing
 
 
-def _ort_seconds(model: onnx.ModelProto, feeds: dict, budget_s: float, threads: int) -> float | None:
+def _ort_seconds(
+    alone: tuple[onnx.ModelProto, Mapping[str, ort.OrtValue]], feeds: dict, budget_s: float, threads: int
+) -> float | None:
     """onnxruntime's median time on `model`, None where it cannot run it alone: it refuses the feeds,
     has no kernel for a type (int16 Max, QuantizeLinear-28), or its numpy bridge has no such type
     (bfloat16 feeds and outputs: RuntimeError); its session (and its spinning threads) is gone when
     this returns."""
     try:
-        session = _session(model, threads)
+        session = _session(alone[0], threads, alone[1])
         session.run(None, feeds)
     except (OrtFail, OrtInvalidArgument, OrtNotImplemented, OrtRuntimeException, RuntimeError):
         return None
