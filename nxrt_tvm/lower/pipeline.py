@@ -36,7 +36,7 @@ from .named_sizes import NameCompoundSizes
 from .reshape_views import ReshapeKernelsAsViews, legalize_reshape
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
-from .size_params import SizeParamsInOrder
+from .size_params import MergeNamedKernels, SizeParamsInOrder
 from .strict import own_pass
 from .tuned import SEARCHED_MARGIN, TUNING_ATTR, ApplyTuningRecords, TuningDatabase, TuningRecords
 
@@ -333,7 +333,7 @@ def lowering_passes(
         *fusion_passes(target, lowering),
         _step("schedules"),
         *tuned,
-        *([NameCompoundSizes] if target.kind.name == "llvm" else []),  # the rules tile the named sizes
+        *([NameCompoundSizes, MergeNamedKernels] if target.kind.name == "llvm" else []),  # rules tile them
         *schedule,
         _step("relax passes"),
         *fold_layouts,

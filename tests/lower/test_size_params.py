@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import tvm
+from onnx import TensorProto, helper
+from parity import assert_parity, ort_run
 from tvm import relax, te, tirx
 
+import nxrt_tvm as nx
 from nxrt_tvm.lower.size_params import SizeParamsInOrder
 from nxrt_tvm.lower.target import make_target
 
@@ -71,3 +75,39 @@ def test_kernels_are_named_in_call_order():
     assert after["k"].body.same_as(before["k7"].body)  # called first
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(_run(after, x), x * x * 2)
+
+
+def _pooled_twice() -> onnx.ModelProto:
+    """x [1, 16, h, w] -> (MaxPool 2x2/2 -> SiLU) twice: the second stage is the first on sizes that are
+    other expressions of h and w ((h - 2) // 2 + 1 and its half)."""
+    nodes = []
+    for k, (src, dst) in enumerate([("x", "ya"), ("ya", "yb")]):
+        nodes += [
+            helper.make_node("MaxPool", [src], [f"p{k}"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("Sigmoid", [f"p{k}"], [f"s{k}"]),
+            helper.make_node("Mul", [f"p{k}", f"s{k}"], [dst]),
+        ]
+    graph = helper.make_graph(
+        nodes,
+        "pooled_twice",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, "h", "w"])],
+        [
+            helper.make_tensor_value_info("yb", TensorProto.FLOAT, [1, 16, "hb", "wb"]),
+            helper.make_tensor_value_info("ya", TensorProto.FLOAT, [1, 16, "ha", "wa"]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_kernels_equal_once_their_sizes_are_named_are_built_once():
+    """After NameCompoundSizes both stages' kernels read their sizes from their tensors: one kernel is
+    scheduled and built for both (YOLOv8n's three heads: 122 kernels, 93 distinct), and it computes
+    each stage at its own sizes."""
+    model = _pooled_twice()
+    sess = nx.InferenceSession(model)
+    tvm_ep = sess.provider(nx.EpId("TvmExecutionProvider"))
+    names = [v.name for variants in tvm_ep.variants.values() for v in variants]
+    assert len([n for n in names if "max_pool2d" in n]) == 1, names
+    for h, w in [(32, 48), (17, 30)]:
+        feeds = {"x": np.random.default_rng(h).standard_normal((1, 16, h, w)).astype(np.float32)}
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds))
