@@ -39,7 +39,6 @@ __all__ = [
     "export_executable",
     "load_executable",
     "map_blob",
-    "scratch_dir",
     "write_blob",
 ]
 
@@ -190,7 +189,7 @@ def blob_problem(blob: Blob) -> str | None:
     return parts if isinstance(parts, str) else None
 
 
-def scratch_dir() -> str | None:
+def _scratch_dir() -> str | None:
     """A memory-backed folder (tmpfs) for the file dlopen needs;
     writing a large blob to disk costs more than loading it."""
     shm = "/dev/shm"
@@ -227,7 +226,7 @@ def _load(blob: Blob, name: str) -> Library:
     if isinstance(parts, str):
         raise EpLoadFailed(name, f"the compiled partition is not a loadable shared library: {parts}")
     library, constants = parts
-    fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so", dir=scratch_dir())
+    fd, path = tempfile.mkstemp(prefix=f"nxrt-tvm-{name}-", suffix=".so", dir=_scratch_dir())
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(library)

@@ -201,3 +201,23 @@ def test_a_cache_hit_runs_no_symbolic_shape_inference(tmp_path, monkeypatch):
     assert second.graph.value_info["probs"].shape == ("N", 10)
     feeds = model_zoo.make_inputs("mlp")
     assert_parity(second.run(None, feeds), ort_run(model, feeds))
+
+
+def test_a_cache_that_cannot_keep_the_shape_inference_costs_nothing_else(tmp_path, monkeypatch):
+    """A full disk refuses the inference entry: the session keeps its symbolic dims and runs (the failed
+    write once read as a failed inference, and the model lost its dims)."""
+    from nxrt_tvm.epcontext.cache import CacheError, CompileCache
+
+    put = CompileCache.put
+
+    def full(cache, key, blob, meta):  # the inference entry is the first written, and refused
+        if meta.get("kind") == "shape inference":
+            raise CacheError("no space left on device")
+        put(cache, key, blob, meta)
+
+    monkeypatch.setattr(CompileCache, "put", full)
+    model = model_zoo.mlp()
+    sess = _session(model, tmp_path)
+    assert sess.graph.value_info["probs"].shape == ("N", 10)
+    feeds = model_zoo.make_inputs("mlp")
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))

@@ -28,7 +28,7 @@ from ...lower.build import check_shapes, compile_partition, locate_failure, part
 from ...lower.pipeline import Lowering, codegen_digest
 from ...lower.target import runtime_threads, tvm_device
 from ...partition.claims import partition_name
-from ...runtime.artifact import Blob, Library, load_executable, map_blob, scratch_dir, write_blob
+from ...runtime.artifact import Blob, Library, load_executable, map_blob, write_blob
 from ...runtime.codegen import ParallelCodegen
 from ...runtime.isolate import fork_available, run_isolated
 from ...runtime.measure import PartitionTiming
@@ -268,8 +268,9 @@ class PartitionBuilder:
                 return notes, {p: (s, times.calls[p]) for p, s in times.seconds.items()}
 
             # The blob comes back as a file the parent maps (`map_blob`): through the pipe, VGG-19's
-            # 548 MB of weights were pickled, sent, joined and unpickled (3 s), then copied into TVM.
-            with tempfile.TemporaryDirectory(prefix="nxrt-tvm-build-", dir=scratch_dir()) as handoff:
+            # 548 MB of weights were pickled, sent, joined and unpickled (3 s), then copied into TVM. Not in
+            # /dev/shm, which a container may cap at 64 MB.
+            with tempfile.TemporaryDirectory(prefix="nxrt-tvm-build-") as handoff:
                 path = os.path.join(handoff, "partition.blob")
                 notes, times = run_isolated(partial(child, path), what, self.timeout_s)
                 with open(path, "rb") as f:

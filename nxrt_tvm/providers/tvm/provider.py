@@ -16,7 +16,7 @@ from ...api.device import DeviceType, EpId
 from ...api.errors import CompileDisabled, CompileFailed, UnsupportedContext
 from ...api.kernel import Kernel, KernelVariant
 from ...api.provider import BlobStore, ExecutionProvider
-from ...epcontext.cache import CompileCache
+from ...epcontext.cache import CacheError, CompileCache
 from ...epcontext.record import EpContext
 from ...graph.model import GraphView
 from ...lower.build import weight_names
@@ -318,4 +318,8 @@ class _InferenceStore:
         return bytes(entry.blob) if entry is not None and entry.blob else None
 
     def put(self, key: str, data: bytes) -> None:
-        self.cache.put(key, data, {"kind": "shape inference"})
+        """Keep `data`; a cache that cannot take it (a full disk) costs the next session an inference."""
+        try:
+            self.cache.put(key, data, {"kind": "shape inference"})
+        except CacheError as exc:
+            log.warning("shape inference not kept in the compile cache: %s", exc)
