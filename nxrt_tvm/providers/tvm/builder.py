@@ -7,6 +7,7 @@ from `built`, so a partition is built once per session.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import time
@@ -21,7 +22,7 @@ from ...api.claim import DeclineSignal, Rejected
 from ...api.device import DeviceId
 from ...api.errors import CompileFailed, CompileInterrupted
 from ...api.kernel import KernelVariant
-from ...epcontext.cache import CompileCache, cache_key
+from ...epcontext.cache import CacheError, CompileCache, cache_key
 from ...epcontext.record import FORMAT_VERSION
 from ...graph.model import GraphView
 from ...lower.build import check_shapes, compile_partition, locate_failure, partition_model
@@ -36,6 +37,8 @@ from ...timing import add_phases, phase, record_phases
 from .options import TvmOptions
 
 __all__ = ["PartitionBuilder"]
+
+log = logging.getLogger(__name__)
 
 #: (library, blob): library None on a compile-only host (CUDA, no GPU), blob None for an in-process build
 Built = tuple["Library | None", "Blob | None"]
@@ -148,14 +151,14 @@ class PartitionBuilder:
                     "target": self.target.kind.name,
                     "variants": [[v.name, v.variant, v.reason] for v in variants],
                 }
-                self.cache.put(key, built[1], meta)
+                self.keep(key, built[1], meta)
                 self.entries[name] = (key, meta)
             self.built[name] = built
             self.variants[name] = variants
             return {}
         if key is not None and not interrupted:
             failure = {"position": order.index(culprit), "op_type": graph.nodes[culprit].op_type}
-            self.cache.put(key, b"", {"partition": name, "failure": failure | {"message": message}})
+            self.keep(key, b"", {"partition": name, "failure": failure | {"message": message}})
         return {culprit: _build_rejected(message)}
 
     def _locate(self, graph: GraphView, group, name: str, attempt, failure: str) -> tuple[int, str]:
@@ -205,8 +208,16 @@ class PartitionBuilder:
             return entry.blob, entry.sha256
         self.stats["cache_hits"] -= 1  # not a hit after all
         blob = _blob(self.build(graph, group, name, (), None))
-        self.cache.put(key, blob, self.entries[name][1])
+        self.keep(key, blob, self.entries[name][1])
         return blob, None
+
+    def keep(self, key: str, blob: Blob, meta: dict) -> None:
+        """Store in the compile cache. One that cannot take it (a full disk, a folder gone read-only) costs
+        later sessions a build, not this session its compile."""
+        try:
+            self.cache.put(key, blob, meta)
+        except CacheError as exc:
+            log.warning("%s; this session goes on without the compile cache", exc)
 
     def take(self, name: str) -> Built | None:
         """A proven partition's (library, blob), handed over: the builder keeps it no longer."""
@@ -231,7 +242,7 @@ class PartitionBuilder:
             return
         key, meta = key_meta
         meta = meta | {_timing_field(threads): None if timing is None else timing.to_json()}
-        self.cache.put(key, built[1], meta)  # the blob this session built or loaded: no second read
+        self.keep(key, built[1], meta)  # the blob this session built or loaded: no second read
         self.entries[name] = (key, meta)
 
     def build(

@@ -16,7 +16,6 @@ from ...api.device import DeviceType, EpId
 from ...api.errors import CompileDisabled, CompileFailed, UnsupportedContext
 from ...api.kernel import Kernel, KernelVariant
 from ...api.provider import BlobStore, ExecutionProvider
-from ...epcontext.cache import CacheError, CompileCache
 from ...epcontext.record import EpContext
 from ...graph.model import GraphView
 from ...lower.build import weight_names
@@ -83,7 +82,7 @@ class TvmExecutionProvider(ExecutionProvider):
 
     def inference_store(self) -> BlobStore | None:
         """The compile cache (`cache_dir`), where one is set."""
-        return None if self.builder.cache is None else _InferenceStore(self.builder.cache)
+        return None if self.builder.cache is None else _InferenceStore(self.builder)
 
     # -- capability ------------------------------------------------------------------
     def function_ops(self) -> frozenset[str]:
@@ -310,16 +309,12 @@ class TvmExecutionProvider(ExecutionProvider):
 class _InferenceStore:
     """A compile cache as the session's `BlobStore` for shape inference: an entry of its own per model."""
 
-    def __init__(self, cache: CompileCache):
-        self.cache = cache
+    def __init__(self, builder: PartitionBuilder):
+        self.builder = builder
 
     def get(self, key: str) -> bytes | None:
-        entry = self.cache.get(key)
+        entry = self.builder.cache.get(key)
         return bytes(entry.blob) if entry is not None and entry.blob else None
 
     def put(self, key: str, data: bytes) -> None:
-        """Keep `data`; a cache that cannot take it (a full disk) costs the next session an inference."""
-        try:
-            self.cache.put(key, data, {"kind": "shape inference"})
-        except CacheError as exc:
-            log.warning("shape inference not kept in the compile cache: %s", exc)
+        self.builder.keep(key, data, {"kind": "shape inference"})
