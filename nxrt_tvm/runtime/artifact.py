@@ -141,12 +141,12 @@ class _Malformed(ValueError):
     """A packed blob's index describes parts that are not there."""
 
 
-def _unpack(blob: Blob) -> tuple[bytes, list[np.ndarray]]:
-    """The library of a blob and its constants (views into the blob), its index checked first: a
-    malformed one raises `_Malformed`, never reads past the blob's end."""
-    view, at = memoryview(blob), len(PACKED_MAGIC) + _INDEX_SIZE.size
+def _head(view: memoryview) -> tuple[int, int, list[tuple[int, str, tuple[int, ...]]]] | None:
+    """Where a packed blob's data starts, its library's size and its constants' entries, as its head says
+    (None where the blob is not packed); a head that does not parse raises `_Malformed`."""
+    at = len(PACKED_MAGIC) + _INDEX_SIZE.size
     if view[: len(PACKED_MAGIC)] != PACKED_MAGIC:
-        return bytes(view), []
+        return None
     if len(view) < at:
         raise _Malformed("its header is truncated")
     (size,) = _INDEX_SIZE.unpack_from(view, len(PACKED_MAGIC))
@@ -158,7 +158,18 @@ def _unpack(blob: Blob) -> tuple[bytes, list[np.ndarray]]:
         entries = [(int(o), str(d), tuple(int(n) for n in shape)) for o, d, shape in index["constants"]]
     except (ValueError, TypeError, KeyError) as exc:
         raise _Malformed(f"its index is unreadable: {exc}") from None
-    data = view[_aligned(at + size) :]
+    return _aligned(at + size), library_size, entries
+
+
+def _unpack(blob: Blob) -> tuple[bytes, list[np.ndarray]]:
+    """The library of a blob and its constants (views into the blob), its index checked first: a
+    malformed one raises `_Malformed`, never reads past the blob's end."""
+    view = memoryview(blob)
+    head = _head(view)
+    if head is None:
+        return bytes(view), []
+    start, library_size, entries = head
+    data = view[start:]
     if not 0 < library_size <= len(data):
         raise _Malformed(f"its library of {library_size} bytes does not fit in it")
     arrays = []
@@ -279,16 +290,15 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
 
 def _private_size(fd: int, offset: int, size: int) -> int:
     """How many of the blob's first bytes hold its head and library (all of them where it is not packed,
-    or its index does not parse: checks then refuse it from the copy read whole)."""
+    or its head does not parse: checks then refuse it from the copy read whole)."""
     at = len(PACKED_MAGIC) + _INDEX_SIZE.size
     head = _pread(fd, at, offset)
-    if len(head) < at or head[: len(PACKED_MAGIC)] != PACKED_MAGIC:
-        return size
-    (index_size,) = _INDEX_SIZE.unpack_from(head, len(PACKED_MAGIC))
-    if at + index_size > size:
-        return size
-    try:
-        library = int(json.loads(_pread(fd, index_size, offset + at))["library"])
-    except (ValueError, TypeError, KeyError):
-        return size
-    return min(size, _aligned(at + index_size) + max(library, 0))
+    if len(head) == at and head[: len(PACKED_MAGIC)] == PACKED_MAGIC:
+        (index_size,) = _INDEX_SIZE.unpack_from(head, len(PACKED_MAGIC))
+        if at + index_size <= size:
+            try:
+                start, library_size, _ = _head(memoryview(_pread(fd, at + index_size, offset)))
+            except _Malformed:
+                return size
+            return min(size, start + max(library_size, 0))
+    return size
