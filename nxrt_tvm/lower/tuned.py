@@ -170,26 +170,57 @@ def _workload_mod(line: str) -> tvm.IRModule:
     return ms.database.Workload.from_json(json.loads(line)).mod
 
 
-def _fastest_only(directory: Path) -> ms.database.MemoryDatabase:
-    """Each workload's fastest record of a JSON database, in memory. MetaSchedule keeps every candidate
-    it measured (the search trains its cost model on them; the shipped Zen 4 logs hold 2922 records, 10 s
-    for TVM to parse), where applying needs one per workload: the one `get_top_k` ranks first (least mean
-    run time), so every lookup below answers as on the whole database."""
-    workloads = _lines(directory / _FILES[0])
-    fastest: dict[int, tuple[float, list]] = {}
-    for index, record in map(json.loads, _lines(directory / _FILES[1])):
-        secs = record[1]
-        mean = sum(secs) / len(secs) if secs else float("inf")
-        if index not in fastest or mean < fastest[index][0]:
-            fastest[index] = (mean, record)
-    database = ms.database.MemoryDatabase()
-    for index, (_, record) in fastest.items():
-        workload = database.commit_workload(_workload_mod(workloads[index]))
-        database.commit_tuning_record(ms.database.TuningRecord.from_json(record, workload))
-    return database
+@dataclass(frozen=True)
+class _Entry:
+    """A workload's fastest record as stored: parsing it replays its trace (about 5 ms), so it waits for a
+    kernel that asks for it."""
+
+    mod: tvm.IRModule
+    record: list  # the record's JSON: [trace, run_secs, target, args_info]
+    mean: float  # its mean run time (s), what `get_top_k` ranks by
+
+    def parse(self) -> ms.database.TuningRecord | None:
+        workload = ms.database.MemoryDatabase().commit_workload(self.mod)
+        record = ms.database.TuningRecord.from_json(self.record, workload)
+        return record if _valid(record) else None
 
 
-def _top(database: ms.database.Database, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
+class _Fastest:
+    """Each workload's fastest record of a JSON database, read-only, parsed on first use. MetaSchedule
+    keeps every candidate it measured (the search trains its cost model on them; the shipped Zen 4 logs
+    hold 2922 records), where applying needs one per workload: the one `get_top_k` ranks first (least mean
+    run time), so every lookup answers as on the whole database. Parsing even those took 1.3 s of every
+    session with logs; a session parses the few its kernels match."""
+
+    def __init__(self, directory: Path):
+        workloads = _lines(directory / _FILES[0])
+        fastest: dict[int, tuple[float, list]] = {}
+        for index, record in map(json.loads, _lines(directory / _FILES[1])):
+            secs = record[1]
+            mean = sum(secs) / len(secs) if secs else float("inf")
+            if index not in fastest or mean < fastest[index][0]:
+                fastest[index] = (mean, record)
+        #: by the workload's structural hash (what MetaSchedule's structural module equality hashes)
+        self.entries: dict[int, _Entry] = {}
+        for index, (mean, record) in fastest.items():
+            mod = _workload_mod(workloads[index])
+            key = tvm_ffi.structural_hash(mod)
+            if key not in self.entries or mean < self.entries[key].mean:
+                self.entries[key] = _Entry(mod, record, mean)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def top(self, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
+        entry = self.entries.get(tvm_ffi.structural_hash(mod))
+        if entry is None or not tvm_ffi.structural_equal(entry.mod, mod):
+            return None
+        return entry.parse()
+
+
+def _top(database: ms.database.Database | _Fastest, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
+    if isinstance(database, _Fastest):
+        return database.top(mod)
     if not database.has_workload(mod):
         return None
     top = database.get_top_k(database.commit_workload(mod), 1)
@@ -211,22 +242,27 @@ class TuningDatabase:
         self.directory = directory
         self.key = key
         self.fastest_only = fastest_only
-        read = _fastest_only if fastest_only else _json_database
+        read = _Fastest if fastest_only else _json_database
         self.database = read(directory)
         self.baseline = read(directory / BASELINE_DIR) if (directory / BASELINE_DIR).is_dir() else None
         self.digest = database_digest(directory)
         #: the sizes symbolic dims were fixed at when these records were tuned (`SIZES_FILE`)
         self.sizes = read_sizes(directory)
         self._anchors: ms.database.MemoryDatabase | None = None
+        #: fastest_only: each anchor class's records as stored, by the class's first workload's hash
+        self._anchor_entries: dict[int, list[_Entry]] = {}
 
     def __len__(self) -> int:
         return len(self.database) + (len(self.baseline) if self.baseline is not None else 0)
 
-    def _databases(self) -> list[ms.database.Database]:
+    def _databases(self) -> list[ms.database.Database | _Fastest]:
         return [self.database] + ([self.baseline] if self.baseline is not None else [])
 
     def all_records(self) -> list[ms.database.TuningRecord]:
         """Every record, searched and baseline (revalidation measures their kernels on another host)."""
+        if self.fastest_only:
+            parsed = (e.parse() for db in self._databases() for e in db.entries.values())
+            return [r for r in parsed if r is not None]
         return [r for database in self._databases() for r in database.get_all_tuning_records()]
 
     def searched_trials(self, mod: tvm.IRModule) -> int:
@@ -285,8 +321,26 @@ class TuningDatabase:
 
     def anchor(self, mod: tvm.IRModule) -> RecordMatch | None:
         """The record of a kernel with `mod`'s anchor op (another epilogue), transferred by its trace."""
-        record = _top(self._anchor_database(), mod)
+        record = self._anchor_top(mod) if self.fastest_only else _top(self._anchor_database(), mod)
         return RecordMatch(record, "anchor") if record is not None else None
+
+    def _anchor_top(self, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
+        """`anchor` on a fastest_only database: the workloads are classed by anchor block once (MetaSchedule's
+        own equality), and only the fastest valid record of `mod`'s class is parsed."""
+        if self._anchors is None:
+            self._anchors = ms.database.MemoryDatabase(module_equality="anchor-block")
+            for db in self._databases():
+                for entry in db.entries.values():
+                    first = self._anchors.commit_workload(entry.mod)
+                    self._anchor_entries.setdefault(tvm_ffi.structural_hash(first.mod), []).append(entry)
+        if not self._anchors.has_workload(mod):
+            return None
+        first = self._anchors.commit_workload(mod)
+        for entry in sorted(self._anchor_entries[tvm_ffi.structural_hash(first.mod)], key=lambda e: e.mean):
+            record = entry.parse()
+            if record is not None:
+                return record
+        return None
 
     def _anchor_database(self) -> ms.database.MemoryDatabase:
         """The records re-keyed by anchor block (built once, on the first kernel without its own record)."""
