@@ -170,16 +170,17 @@ def _workload_mod(line: str) -> tvm.IRModule:
     return ms.database.Workload.from_json(json.loads(line)).mod
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _Entry:
     """A workload's fastest record as stored: parsing it replays its trace (about 5 ms), so it waits for a
-    kernel that asks for it."""
+    kernel that asks for it, and is done once (not frozen: it keeps what it parsed)."""
 
     mod: tvm.IRModule
     record: list  # the record's JSON: [trace, run_secs, target, args_info]
     mean: float  # its mean run time (s), what `get_top_k` ranks by
 
-    def parse(self) -> ms.database.TuningRecord | None:
+    @functools.cached_property
+    def parsed(self) -> ms.database.TuningRecord | None:
         workload = ms.database.MemoryDatabase().commit_workload(self.mod)
         record = ms.database.TuningRecord.from_json(self.record, workload)
         return record if _valid(record) else None
@@ -215,7 +216,7 @@ class _Fastest:
         entry = self.entries.get(tvm_ffi.structural_hash(mod))
         if entry is None or not tvm_ffi.structural_equal(entry.mod, mod):
             return None
-        return entry.parse()
+        return entry.parsed
 
 
 def _top(database: ms.database.Database | _Fastest, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
@@ -261,7 +262,7 @@ class TuningDatabase:
     def all_records(self) -> list[ms.database.TuningRecord]:
         """Every record, searched and baseline (revalidation measures their kernels on another host)."""
         if self.fastest_only:
-            parsed = (e.parse() for db in self._databases() for e in db.entries.values())
+            parsed = (e.parsed for db in self._databases() for e in db.entries.values())
             return [r for r in parsed if r is not None]
         return [r for database in self._databases() for r in database.get_all_tuning_records()]
 
@@ -337,7 +338,7 @@ class TuningDatabase:
             return None
         first = self._anchors.commit_workload(mod)
         for entry in sorted(self._anchor_entries[tvm_ffi.structural_hash(first.mod)], key=lambda e: e.mean):
-            record = entry.parse()
+            record = entry.parsed
             if record is not None:
                 return record
         return None
