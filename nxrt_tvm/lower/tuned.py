@@ -181,8 +181,7 @@ class _Entry:
 
     @functools.cached_property
     def parsed(self) -> ms.database.TuningRecord | None:
-        workload = ms.database.MemoryDatabase().commit_workload(self.mod)
-        record = ms.database.TuningRecord.from_json(self.record, workload)
+        record = ms.database.TuningRecord.from_json(self.record, ms.database.Workload(self.mod))
         return record if _valid(record) else None
 
 
