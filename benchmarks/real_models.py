@@ -14,11 +14,13 @@ LATENCY and ``INFERENCE_PRECISION_HINT`` f32: its default on AVX-512-BF16 CPUs i
 ``intra_op_num_threads``.
 
 Each worker reports the time to a ready session, the median latency of ``--repeat`` runs after
-``WARMUP_S`` of untimed ones (``nxrt_tvm.timing.median_seconds``) and saves its outputs for the
-parity check; nxrt-tvm's also its TVM and CPU partitions and the implementation of each TVM
-kernel (``kernel_variants()``). The session has no per-kernel timing, so the tvm-default column
-counts kernels (those that run TVM's untuned default lowering: no tuning record and no schedule
-rule), not run time.
+``WARMUP_S`` (and at least ``WARMUP_CALLS``) of untimed ones (``nxrt_tvm.timing.median_seconds``) and
+saves its outputs for the parity check; nxrt-tvm's also its TVM and CPU partitions and the
+implementation of each TVM kernel (``kernel_variants()``), of the session that ran the timed calls: a
+model with symbolic input dims is built again for the feeds' shapes on the third call with them
+(``nxrt_tvm.runtime.specialise``), and that build's time is its own column, not part of the ready time.
+The session has no per-kernel timing, so the tvm-default column counts kernels (those that run TVM's
+untuned default lowering: no tuning record and no schedule rule), not run time.
 
 The table: median latency of each runtime (median over the rounds), nxrt/ORT and nxrt/OV (the
 median of the per-round ratios), ready times, partitions, tvm-default kernels, and parity: the
@@ -98,7 +100,7 @@ def _run_onnxruntime(model: Path, feeds: dict, threads: int):
     so.log_severity_level = 3
     sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
     ready = time.perf_counter() - started
-    return ready, lambda: sess.run(None, feeds), {"version": ort.__version__}
+    return ready, lambda: sess.run(None, feeds), lambda: {"version": ort.__version__}
 
 
 def _run_openvino(model: Path, feeds: dict, threads: int):
@@ -119,7 +121,7 @@ def _run_openvino(model: Path, feeds: dict, threads: int):
         request.infer(feeds)
         return [request.get_output_tensor(i).data.copy() for i in range(count)]
 
-    return ready, run, {"version": ov.__version__}
+    return ready, run, lambda: {"version": ov.__version__}
 
 
 def _run_nxrt(model: Path, feeds: dict, threads: int):
@@ -135,26 +137,33 @@ def _run_nxrt(model: Path, feeds: dict, threads: int):
         str(model), providers=["TvmExecutionProvider", "CPUExecutionProvider"], provider_options=options
     )
     ready = time.perf_counter() - started
-    by_ep: dict[str, int] = {}
-    for p in sess.plan.partitions:
-        by_ep[str(p.ep)] = by_ep.get(str(p.ep), 0) + 1
-    variants: dict[str, int] = {}
-    for vs in sess.kernel_variants().values():
-        for v in vs:
-            variants[v.variant] = variants.get(v.variant, 0) + 1
-    info = {
-        "version": nx.__version__,
-        "tuning_logs": None if logs is None else str(logs),
-        "tvm_partitions": by_ep.get("TvmExecutionProvider", 0),
-        "cpu_partitions": by_ep.get("CPUExecutionProvider", 0),
-        "tvm_nodes": sess.plan.nodes_by_ep().get("TvmExecutionProvider", 0),
-        "nodes": sum(sess.plan.nodes_by_ep().values()),
-        "declines": len(sess.plan.declines),
-        "kernel_variants": variants,
-        "tvm_default_kernels": variants.get("tvm-default", 0),
-        "tvm_kernels": sum(variants.values()),
-    }
-    return ready, lambda: sess.run(None, feeds), info
+
+    def describe() -> dict:
+        """What ran the timed calls: the session built for the feeds' shapes where their recurring made
+        one (`nxrt_tvm.runtime.specialise`; its build was paid in a warm-up call), else the session."""
+        serving = sess.session_for(feeds)
+        by_ep: dict[str, int] = {}
+        for p in serving.plan.partitions:
+            by_ep[str(p.ep)] = by_ep.get(str(p.ep), 0) + 1
+        variants: dict[str, int] = {}
+        for vs in serving.kernel_variants().values():
+            for v in vs:
+                variants[v.variant] = variants.get(v.variant, 0) + 1
+        return {
+            "version": nx.__version__,
+            "tuning_logs": None if logs is None else str(logs),
+            "shape_build_s": None if serving is sess else serving.load_seconds,
+            "tvm_partitions": by_ep.get("TvmExecutionProvider", 0),
+            "cpu_partitions": by_ep.get("CPUExecutionProvider", 0),
+            "tvm_nodes": serving.plan.nodes_by_ep().get("TvmExecutionProvider", 0),
+            "nodes": sum(serving.plan.nodes_by_ep().values()),
+            "declines": len(serving.plan.declines),
+            "kernel_variants": variants,
+            "tvm_default_kernels": variants.get("tvm-default", 0),
+            "tvm_kernels": sum(variants.values()),
+        }
+
+    return ready, lambda: sess.run(None, feeds), describe
 
 
 def _timing():
@@ -176,17 +185,20 @@ def _timing():
 #: untimed runs first, for this long: the steady state a deployed session sees (a nxrt-tvm session ran
 #: its first ~20 runs of gpt2_tiny at 2x, ~40 ms, after its compile; onnxruntime's first runs grow its arena)
 WARMUP_S = 0.5
+#: and at least this many (nxrt_tvm.runtime.specialise.SPECIALISE_AFTER, not imported: see `_timing`)
+WARMUP_CALLS = 3
 
 
 def worker(runtime: str, model: Path, feeds_path: Path, out: Path, threads: int, repeat: int) -> dict:
     feeds = _load_feeds(feeds_path)
     make = {"onnxruntime": _run_onnxruntime, "openvino": _run_openvino, "nxrt-tvm": _run_nxrt}[runtime]
-    ready, run, info = make(model, feeds, threads)
-    outputs = run()
-    shapes = _save_outputs(out, outputs)
-    warm_until = time.perf_counter() + WARMUP_S
-    while time.perf_counter() < warm_until:
+    ready, run, describe = make(model, feeds, threads)
+    # at least SPECIALISE_AFTER calls: a nxrt-tvm session builds for shapes its calls repeat on the third
+    warm_until, calls = time.perf_counter() + WARMUP_S, 0
+    while time.perf_counter() < warm_until or calls < WARMUP_CALLS:
         run()
+        calls += 1
+    shapes = _save_outputs(out, run())  # what the timed calls run, checked for parity
     latency = _timing().median_seconds(run, repeat, warmup=0)
     return {
         "ok": True,
@@ -197,7 +209,7 @@ def worker(runtime: str, model: Path, feeds_path: Path, out: Path, threads: int,
         "median_ms": latency * 1e3,
         "output_shapes": shapes,
         "outputs": str(out),
-        **info,
+        **describe(),
     }
 
 
@@ -305,6 +317,8 @@ def summarise(name: str, runs: dict[str, list[dict]]) -> dict:
         ):
             row[k] = ok_nx.get(k)
         row["tuning_logs"] = ok_nx.get("tuning_logs")
+        builds = [r["shape_build_s"] for r in nx if r["ok"] and r.get("shape_build_s") is not None]
+        row["shape_build_s"] = _median(builds)
     ref = next((r for r in runs.get("onnxruntime", []) if r["ok"]), None)
     for rt, key in (("nxrt-tvm", "parity_nxrt"), ("openvino", "parity_ov")):
         got = next((r for r in runs.get(rt, []) if r["ok"]), None)
@@ -350,6 +364,7 @@ def _columns(runtimes: list[str]) -> list[tuple[str, Callable[[dict], str]]]:
         )
     )
     if nx:
+        cols.append(("nxrt build at the feeds' shapes (s)", lambda r: _fmt(r.get("shape_build_s"), ".2f")))
         cols.append(
             (
                 "TVM / CPU partitions",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -34,7 +34,16 @@ from .epcontext.loader import ResolvedContexts, resolve_contexts
 from .epcontext.registry import build_ep_context_registry
 from .epcontext.signing import SignaturePolicy, check_model
 from .epcontext.writer import write_context_model
-from .graph.model import GraphView, ModelSource, ValueInfo, analyse, override_free_dims, read_model
+from .graph.model import (
+    GraphView,
+    ModelSource,
+    ValueInfo,
+    analyse,
+    fix_input_shapes,
+    override_free_dims,
+    read_model,
+)
+from .lower.strict import strict
 from .partition.claims import make_claims
 from .partition.grouping import group_nodes
 from .partition.plan import PartitionPlan, make_plan
@@ -42,6 +51,7 @@ from .providers import EP_REGISTRY, FALLBACK_EP
 from .providers.cpu import CPUExecutionProvider, OrtKernel
 from .runtime.kernel import POOL_THREADS, use_threads
 from .runtime.measure import representative_inputs
+from .runtime.specialise import Shapes, ShapeSpecialiser
 from .session_options import SessionConfig
 from .timing import PhaseTimes, median_seconds, phase, record_phases
 
@@ -108,7 +118,9 @@ class InferenceSession:
     """Runs an ONNX model with TVM-compiled partitions and an onnxruntime fallback.
 
     Mirrors `onnxruntime.InferenceSession`: ``run(output_names, input_feed)``,
-    ``get_inputs()``, ``get_outputs()``; ``plan`` shows who runs what and why.
+    ``get_inputs()``, ``get_outputs()``; ``plan`` shows who runs what and why. A model with symbolic
+    input dims is also built for the shapes its calls keep having (`runtime.specialise`):
+    ``session_for(feeds)`` is the session that serves them.
     """
 
     def __init__(
@@ -117,14 +129,24 @@ class InferenceSession:
         sess_options: Any = None,
         providers: Sequence[Any] | None = None,
         provider_options: Sequence[dict] | None = None,
+        *,
+        _input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     ):
         started = time.perf_counter()
+        #: builds for recurring input shapes (None: static inputs, a precompiled model, or turned off; and
+        #: while the session is made: its split check runs it)
+        self._specialiser: ShapeSpecialiser[InferenceSession] | None = None
         #: where session creation spent its time, per phase (`timing.PhaseTimes`; `nxrt-tvm run --timings`)
         self.compile_times = PhaseTimes()
         with record_phases(self.compile_times):
-            self._create(path_or_bytes, sess_options, providers, provider_options)
+            self._create(path_or_bytes, sess_options, providers, provider_options, _input_shapes)
         self.load_seconds = time.perf_counter() - started
         log.info("session ready in %.3f s: %s", self.load_seconds, self.plan.nodes_by_ep())
+        if _input_shapes is None and self._specialises():
+            args = (sess_options, providers, provider_options)
+            self._specialiser = ShapeSpecialiser(
+                partial(self._specialised, args), self.config.shape_specialisations
+            )
 
     def _create(
         self,
@@ -132,6 +154,7 @@ class InferenceSession:
         sess_options: Any,
         providers: Sequence[Any] | None,
         provider_options: Sequence[dict] | None,
+        input_shapes: Mapping[str, tuple[int, ...]] | None,
     ) -> None:
         self.config = SessionConfig.parse(sess_options)
         if self.config.intra_op_num_threads > POOL_THREADS:
@@ -157,6 +180,11 @@ class InferenceSession:
                 source = model.SerializeToString()
                 model = onnx.ModelProto.FromString(source)  # never edit the caller's proto
             override_free_dims(model, dict(self.config.free_dimension_overrides))
+            fix_input_shapes(model, input_shapes or {})
+            #: the model as given, for builds specialised to the shapes calls have
+            self._origin: ModelSource = (
+                source if isinstance(path_or_bytes, onnx.ModelProto) else path_or_bytes
+            )
         ep_config = EpConfig(
             compile_disabled=self.config.disable_model_compile,
             intra_op_num_threads=self.config.intra_op_num_threads,
@@ -205,6 +233,7 @@ class InferenceSession:
             with phase("split check"):
                 self._check_split(by_id, ep_config, source)
         self.refused_contexts = list(contexts.refused)
+        self._precompiled = bool(contexts.loaded or contexts.planned_fallback)
         if self.config.context_enable:
             with phase("EPContext save"):
                 self._write_context_model(path_or_bytes)
@@ -301,6 +330,57 @@ class InferenceSession:
         self.plan = PartitionPlan(everything, self.plan.declines + declines, self.plan.node_count)
         self._live, self._kernels, self._whole = list(everything), [whole], whole
         self._release_after = self._lifetimes()
+
+    def _specialises(self) -> bool:
+        """Whether builds for recurring input shapes can help: some input dim is symbolic, an EP besides
+        the fallback compiles, and neither the options nor a precompiled model fix the plan."""
+        config = self.config
+        if config.shape_specialisations == 0 or config.disable_model_compile or config.context_enable:
+            return False
+        if self._precompiled or self._graph.other_types.keys() & self._inputs.keys():
+            return False
+        shapes = [self._inputs[n].shape for n in self._inputs]
+        return (
+            any(p.ep_id != FALLBACK_EP for p in self._providers)
+            and all(s is not None for s in shapes)
+            and any(not isinstance(d, int) for s in shapes for d in s or ())
+        )
+
+    def _specialised(self, args: tuple, shapes: Shapes) -> InferenceSession | None:
+        """The model built again with its inputs fixed to `shapes`; None where that gives TVM nothing to
+        run (the session's own plan serves them as well) or fails (logged; raised in strict mode)."""
+        fixed = dict(zip(self._inputs, shapes))
+        label = ", ".join(f"{name} {list(shape)}" for name, shape in fixed.items())
+        log.info("input shapes %s recur: building the model for them", label)
+        try:
+            session = InferenceSession(self._origin, *args, _input_shapes=fixed)
+        except Exception as exc:  # no common base (TVM, onnxruntime, ours): the symbolic plan serves them
+            if strict():
+                raise
+            log.warning("no build for input shapes %s (the symbolic plan serves them): %s", label, exc)
+            return None
+        if all(p.ep == FALLBACK_EP for p in session._live):
+            log.info(
+                "input shapes %s: every partition stays on %s; the symbolic plan serves them",
+                label,
+                FALLBACK_EP,
+            )
+            return None
+        log.info(
+            "input shapes %s: built in %.1f s (%s)", label, session.load_seconds, session.plan.nodes_by_ep()
+        )
+        return session
+
+    def session_for(self, input_feed: dict[str, Any]) -> InferenceSession:
+        """The session that runs these feeds: the one built for their shapes where their shapes recurred
+        (`runtime.specialise`), else this one. Its `plan` and `kernel_variants()` say what runs them."""
+        if self._specialiser is None:
+            return self
+        checked = self._validate(input_feed)
+        return self._specialiser.sessions.get(self._shapes(checked)) or self
+
+    def _shapes(self, checked: dict[str, Any]) -> Shapes:
+        return tuple(tuple(checked[name].shape) for name in self._inputs)
 
     def _context_partitions(
         self, contexts: ResolvedContexts
@@ -441,6 +521,10 @@ class InferenceSession:
                 f"are {[o.name for o in self._graph.outputs]}"
             )
         checked = self._validate(input_feed)
+        if self._specialiser is not None:
+            specialised = self._specialiser.session_for(self._shapes(checked))
+            if specialised is not None:
+                return specialised.run(output_names, checked)
         if self._whole is not None:  # onnxruntime runs the user's model: nothing to hand between kernels
             return self._whole.run_host(wanted, checked)
         env = {n: TensorView.host_array(v) if type(v) is np.ndarray else v for n, v in checked.items()}

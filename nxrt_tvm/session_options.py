@@ -12,7 +12,11 @@ import numpy as np
 from .api.errors import InvalidProviderOptions
 from .options import as_bool
 
-__all__ = ["SessionOptions", "SessionConfig", "CONFIG_KEYS"]
+__all__ = ["SessionOptions", "SessionConfig", "CONFIG_KEYS", "DEFAULT_SHAPE_SPECIALISATIONS"]
+
+#: input shapes a symbolic model is built for again when calls repeat them (`runtime.specialise`): each
+#: build costs a compile (or a cache load) and a copy of the weights
+DEFAULT_SHAPE_SPECIALISATIONS = 2
 
 #: Config keys and what they mean (onnxruntime's names where onnxruntime has one).
 CONFIG_KEYS = {
@@ -30,6 +34,10 @@ CONFIG_KEYS = {
         " separated"
     ),
     "nxrt.require_signature": "'1': load no blob of a model that a trusted key has not signed",
+    "nxrt.shape_specialisations": (
+        "most input shapes a model with symbolic dims is built for again, once calls repeat them"
+        f" (default '{DEFAULT_SHAPE_SPECIALISATIONS}'; '0': never)"
+    ),
 }
 
 _ON_MISMATCH = ("error", "recompile", "fallback")
@@ -113,6 +121,7 @@ class SessionConfig:
     require_signature: bool = False
     free_dimension_overrides: tuple[tuple[str, int], ...] = ()
     intra_op_num_threads: int = 0  #: 0: every core this process may use
+    shape_specialisations: int = DEFAULT_SHAPE_SPECIALISATIONS
 
     @classmethod
     def parse(cls, options: Any) -> "SessionConfig":
@@ -151,6 +160,11 @@ class SessionConfig:
             raise InvalidProviderOptions(
                 f"nxrt.context_on_mismatch must be one of {_ON_MISMATCH}, got {mismatch!r}"
             )
+        specialisations = entries.get("nxrt.shape_specialisations", str(DEFAULT_SHAPE_SPECIALISATIONS))
+        if not specialisations.strip().isdigit():
+            raise InvalidProviderOptions(
+                f"nxrt.shape_specialisations must be an integer >= 0 (0: never), got {specialisations!r}"
+            )
         trusted_keys = [p.strip() for p in re.split("[,;]", entries.get("nxrt.trusted_keys", ""))]
         return cls(
             context_enable=_flag(entries, "ep.context_enable"),
@@ -162,4 +176,5 @@ class SessionConfig:
             require_signature=_flag(entries, "nxrt.require_signature"),
             free_dimension_overrides=tuple(sorted(free_dims.items())),
             intra_op_num_threads=threads,
+            shape_specialisations=int(specialisations),
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -35,6 +35,7 @@ __all__ = [
     "read_model",
     "analyse",
     "override_free_dims",
+    "fix_input_shapes",
     "ModelSource",
     "attributes",
 ]
@@ -398,6 +399,27 @@ def override_free_dims(model: onnx.ModelProto, overrides: dict[str, int]) -> Non
         for dim in value.type.tensor_type.shape.dim:
             if dim.HasField("dim_param") and dim.dim_param in overrides:
                 dim.dim_value = overrides[dim.dim_param]
+    _drop_inferable_types(model)
+
+
+def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
+    """Fix every dim of the named inputs, named or not, to `shapes` (a build specialised to the shapes a
+    session's calls have: `specialise`); a rank that differs is an `InvalidModel`."""
+    if not shapes:
+        return
+    for value in model.graph.input:
+        shape = shapes.get(value.name)
+        if shape is None:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) != len(shape):
+            raise InvalidModel(f"input {value.name!r} has rank {len(dims)}; cannot fix it to {list(shape)}")
+        for dim, size in zip(dims, shape):
+            dim.dim_value = int(size)  # clears dim_param (one of the two)
+    _drop_inferable_types(model)
+
+
+def _drop_inferable_types(model: onnx.ModelProto) -> None:
     # Values ONNX inference recomputes from the now static inputs are dropped; the types of outputs of
     # ops it knows nothing about (EPContext nodes, custom domains) can only come from the file: kept.
     inferable = {o for n in model.graph.node if normalize_domain(n.domain) == "" for o in n.output}

@@ -1,0 +1,134 @@
+"""Builds for recurring input shapes: made on the third call with them, checked against onnxruntime."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
+from nxrt_tvm.api.errors import InvalidProviderOptions
+from nxrt_tvm.runtime.specialise import SPECIALISE_AFTER, ShapeSpecialiser
+
+TVM = "TvmExecutionProvider"
+
+
+def _conv_relu(dims: list) -> onnx.ModelProto:
+    """Conv 3 -> 8 (3x3, pad 1) + Relu over an input of `dims` (str: named symbolic, None: unnamed)."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dims[0], 8, dims[2], dims[3]])],
+        [weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+
+
+def test_a_shape_is_built_for_on_its_third_call_and_matches_onnxruntime():
+    model = _conv_relu(["batch", 3, "h", "w"])
+    sess = nx.InferenceSession(model)
+    feeds = _feeds((1, 3, 20, 24))
+    for _ in range(SPECIALISE_AFTER - 1):
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+        assert sess.session_for(feeds) is sess
+    out = sess.run(None, feeds)
+    built = sess.session_for(feeds)
+    assert built is not sess
+    assert built.get_inputs()[0].shape == [1, 3, 20, 24]  # every dim fixed
+    assert [str(p.ep) for p in built.plan.partitions] == [TVM]
+    assert_parity(out, ort_run(model, feeds))
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+    other = _feeds((2, 3, 16, 16))  # seen once: the symbolic plan runs it
+    assert_parity(sess.run(None, other), ort_run(model, other))
+    assert sess.session_for(other) is sess
+
+
+def test_unnamed_dims_are_fixed_too():
+    model = _conv_relu([1, 3, None, None])
+    sess = nx.InferenceSession(model)
+    feeds = _feeds((1, 3, 9, 13))
+    for _ in range(SPECIALISE_AFTER):
+        out = sess.run(None, feeds)
+    built = sess.session_for(feeds)
+    assert built is not sess and built.get_inputs()[0].shape == [1, 3, 9, 13]
+    assert_parity(out, ort_run(model, feeds))
+
+
+def test_the_option_limits_how_many_shapes_are_built_for():
+    model = _conv_relu(["batch", 3, "h", "w"])
+    sess = nx.InferenceSession(model, {"nxrt.shape_specialisations": "1"})
+    first, second = _feeds((1, 3, 12, 12)), _feeds((1, 3, 16, 8))
+    for feeds in (first, second):
+        for _ in range(SPECIALISE_AFTER):
+            out = sess.run(None, feeds)
+        assert_parity(out, ort_run(model, feeds))
+    assert sess.session_for(first) is not sess
+    assert sess.session_for(second) is sess  # the one build allowed went to the first
+
+
+def test_zero_turns_it_off_and_a_bad_value_is_refused():
+    model = _conv_relu(["batch", 3, "h", "w"])
+    sess = nx.InferenceSession(model, {"nxrt.shape_specialisations": "0"})
+    feeds = _feeds((1, 3, 12, 12))
+    for _ in range(SPECIALISE_AFTER + 1):
+        sess.run(None, feeds)
+    assert sess.session_for(feeds) is sess
+    with pytest.raises(InvalidProviderOptions, match="nxrt.shape_specialisations"):
+        nx.InferenceSession(model, {"nxrt.shape_specialisations": "two"})
+
+
+def test_a_build_that_leaves_tvm_nothing_is_dropped(caplog):
+    model = _conv_relu(["batch", 3, "h", "w"])
+    providers = [(TVM, {"op_types_to_exclude": "Conv,Relu"}), "CPUExecutionProvider"]
+    sess = nx.InferenceSession(model, providers=providers)
+    feeds = _feeds((1, 3, 12, 12))
+    with caplog.at_level(logging.INFO, logger="nxrt_tvm.session"):
+        for _ in range(SPECIALISE_AFTER + 1):
+            out = sess.run(None, feeds)
+    assert sess.session_for(feeds) is sess
+    assert sum("every partition stays on" in r.getMessage() for r in caplog.records) == 1  # tried once
+    assert_parity(out, ort_run(model, feeds))
+
+
+def test_static_inputs_are_never_built_again(caplog):
+    model = _conv_relu([1, 3, 12, 12])
+    sess = nx.InferenceSession(model)
+    feeds = _feeds((1, 3, 12, 12))
+    with caplog.at_level(logging.INFO, logger="nxrt_tvm.session"):
+        for _ in range(SPECIALISE_AFTER + 1):
+            sess.run(None, feeds)
+    assert sess.session_for(feeds) is sess
+    assert not any("recur" in r.getMessage() for r in caplog.records)
+
+
+def test_the_specialiser_builds_once_per_shape_within_its_limit():
+    built: list = []
+
+    def build(shapes):
+        built.append(shapes)
+        return None if shapes == ((2,),) else f"session {shapes}"
+
+    specialiser = ShapeSpecialiser(build, limit=2)
+    a, b, c = ((1,),), ((2,),), ((3,),)
+    assert [specialiser.session_for(a) for _ in range(SPECIALISE_AFTER - 1)] == [None, None]
+    assert specialiser.session_for(a) == "session ((1,),)" and built == [a]
+    for _ in range(SPECIALISE_AFTER + 2):  # no gain at b: tried once, never again
+        assert specialiser.session_for(b) is None
+    for _ in range(SPECIALISE_AFTER + 2):  # the limit is spent (a and b)
+        assert specialiser.session_for(c) is None
+    assert built == [a, b] and specialiser.session_for(a) == "session ((1,),)"
