@@ -46,6 +46,8 @@ __all__ = [
     "open_records",
     "TuningRecords",
     "database_digest",
+    "write_index",
+    "INDEX_FILE",
     "TuningDatabase",
     "RecordMatch",
     "ApplyTuningRecords",
@@ -66,6 +68,10 @@ log = logging.getLogger(__name__)
 _FILES = ("database_workload.json", "database_tuning_record.json")
 #: subfolder of a device key's folder holding the default rules' measured schedules
 BASELINE_DIR = "default_schedules"
+#: each workload's fastest record, written beside a database by tuning (`write_index`; a cache: the
+#: database files stay the record, and an index they no longer match is not read)
+INDEX_FILE = "fastest_records.json"
+INDEX_FORMAT = 1  #: entries: [structural hash, workload line, mean run secs, record JSON text]
 #: MetaSchedule's run time for a candidate that failed to
 #: build or run (1e10 s); anything this slow is no record.
 FAILED_RUN_SECS = 1e9
@@ -175,13 +181,18 @@ class _Entry:
     """A workload's fastest record as stored: parsing it replays its trace (about 5 ms), so it waits for a
     kernel that asks for it, and is done once (not frozen: it keeps what it parsed)."""
 
-    mod: tvm.IRModule
-    record: list  # the record's JSON: [trace, run_secs, target, args_info]
+    workload: str  # the workload's JSON line
+    line: int  # its line in the workload file (what the database's records refer to it by)
+    record: str  # the record's JSON text, [trace, run_secs, target, args_info], decoded when parsed
     mean: float  # its mean run time (s), what `get_top_k` ranks by
 
     @functools.cached_property
+    def mod(self) -> tvm.IRModule:
+        return _workload_mod(self.workload)
+
+    @functools.cached_property
     def parsed(self) -> ms.database.TuningRecord | None:
-        record = ms.database.TuningRecord.from_json(self.record, ms.database.Workload(self.mod))
+        record = ms.database.TuningRecord.from_json(json.loads(self.record), ms.database.Workload(self.mod))
         return record if _valid(record) else None
 
 
@@ -190,23 +201,13 @@ class _Fastest:
     keeps every candidate it measured (the search trains its cost model on them; the shipped Zen 4 logs
     hold 2922 records), where applying needs one per workload: the one `get_top_k` ranks first (least mean
     run time), so every lookup answers as on the whole database. Parsing even those took 1.3 s of every
-    session with logs; a session parses the few its kernels match."""
+    session with logs; a session parses the few its kernels match. Tuning writes them beside the database
+    (`INDEX_FILE`, `write_index`): read from there where it is current (`digest`: the folder's files),
+    they spare a session JSON-decoding every candidate (0.2 s of the shipped logs)."""
 
-    def __init__(self, directory: Path):
-        workloads = _lines(directory / _FILES[0])
-        fastest: dict[int, tuple[float, list]] = {}
-        for index, record in map(json.loads, _lines(directory / _FILES[1])):
-            secs = record[1]
-            mean = sum(secs) / len(secs) if secs else float("inf")
-            if index not in fastest or mean < fastest[index][0]:
-                fastest[index] = (mean, record)
+    def __init__(self, directory: Path, digest: str):
         #: by the workload's structural hash (what MetaSchedule's structural module equality hashes)
-        self.entries: dict[int, _Entry] = {}
-        for index, (mean, record) in fastest.items():
-            mod = _workload_mod(workloads[index])
-            key = tvm_ffi.structural_hash(mod)
-            if key not in self.entries or mean < self.entries[key].mean:
-                self.entries[key] = _Entry(mod, record, mean)
+        self.entries: dict[int, _Entry] = _read_index(directory, digest) or _fastest_entries(directory)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -216,6 +217,62 @@ class _Fastest:
         if entry is None or not tvm_ffi.structural_equal(entry.mod, mod):
             return None
         return entry.parsed
+
+
+def _fastest_entries(directory: Path) -> dict[int, _Entry]:
+    """Each workload's fastest record in `directory`'s database files, by structural hash."""
+    workloads = _lines(directory / _FILES[0])
+    fastest: dict[int, tuple[float, list]] = {}
+    for index, record in map(json.loads, _lines(directory / _FILES[1])):
+        secs = record[1]
+        mean = sum(secs) / len(secs) if secs else float("inf")
+        if index not in fastest or mean < fastest[index][0]:
+            fastest[index] = (mean, record)
+    entries: dict[int, _Entry] = {}
+    for index, (mean, record) in fastest.items():
+        key = tvm_ffi.structural_hash(_workload_mod(workloads[index]))
+        if key not in entries or mean < entries[key].mean:
+            entries[key] = _Entry(workloads[index], index, json.dumps(record), mean)
+    return entries
+
+
+def _read_index(directory: Path, digest: str) -> dict[int, _Entry] | None:
+    """`INDEX_FILE`'s entries where it was written from these very files by this TVM; None otherwise (none
+    written, a tuning run added records since, or another TVM's hashes)."""
+    path = directory / INDEX_FILE
+    if not path.is_file():
+        return None
+    try:
+        index = json.loads(path.read_text())
+        if index.get("format") != INDEX_FORMAT or index.get("tvm") != tvm.__version__:
+            return None
+        if index.get("digest") != digest:
+            log.info("%s is older than the database beside it; reading the database", path)
+            return None
+        workloads = _lines(directory / _FILES[0])  # a few MB: the records are what is worth skipping
+        return {
+            int(key): _Entry(workloads[line], line, str(record), float(mean))
+            for key, line, mean, record in index["entries"]
+        }
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        log.warning("%s unreadable (%s); reading the database beside it", path, exc)
+        return None
+
+
+def write_index(directory: Path) -> None:
+    """Write `INDEX_FILE` for the databases under a device key's folder (its own and the baseline's), from
+    their files as they are now (tuning and revalidation call this when they finish)."""
+    for folder in (Path(directory), Path(directory) / BASELINE_DIR):
+        if not (folder / _FILES[1]).is_file():
+            continue
+        entries = _fastest_entries(folder)
+        index = {
+            "format": INDEX_FORMAT,
+            "tvm": tvm.__version__,
+            "digest": _folder_digest(folder),
+            "entries": [[key, e.line, e.mean, e.record] for key, e in sorted(entries.items())],
+        }
+        atomic_write(folder / INDEX_FILE, json.dumps(index).encode())
 
 
 def _top(database: ms.database.Database | _Fastest, mod: tvm.IRModule) -> ms.database.TuningRecord | None:
@@ -242,10 +299,15 @@ class TuningDatabase:
         self.directory = directory
         self.key = key
         self.fastest_only = fastest_only
-        read = _Fastest if fastest_only else _json_database
-        self.database = read(directory)
-        self.baseline = read(directory / BASELINE_DIR) if (directory / BASELINE_DIR).is_dir() else None
-        self.digest = database_digest(directory)
+        folders = _folders(directory)
+        baseline = directory / BASELINE_DIR
+        if fastest_only:
+            self.database = _Fastest(directory, folders[directory])
+            self.baseline = _Fastest(baseline, folders[baseline]) if baseline.is_dir() else None
+        else:
+            self.database = _json_database(directory)
+            self.baseline = _json_database(baseline) if baseline.is_dir() else None
+        self.digest = _combined(folders)
         #: the sizes symbolic dims were fixed at when these records were tuned (`SIZES_FILE`)
         self.sizes = read_sizes(directory)
         self._anchors: ms.database.MemoryDatabase | None = None
@@ -357,16 +419,33 @@ class TuningDatabase:
         return self._anchors
 
 
+def _folder_digest(folder: Path) -> str:
+    """sha256 over one database's files (what `INDEX_FILE` was written from)."""
+    digest = hashlib.sha256()
+    for name in _FILES:
+        path = folder / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _folders(directory: Path) -> dict[Path, str]:
+    """The digest of a device key's database and of its baseline, each read once."""
+    return {folder: _folder_digest(folder) for folder in (Path(directory), Path(directory) / BASELINE_DIR)}
+
+
+def _combined(folders: dict[Path, str]) -> str:
+    digest = hashlib.sha256()
+    for folder, folder_digest in folders.items():
+        digest.update(f"{folder.name}\0{folder_digest}\0".encode())
+    return digest.hexdigest()
+
+
 def database_digest(directory: Path) -> str:
     """sha256 over the database files (baseline included): part
     of compile-cache keys, so new records invalidate old builds."""
-    digest = hashlib.sha256()
-    for folder in (Path(directory), Path(directory) / BASELINE_DIR):
-        for name in _FILES:
-            path = folder / name
-            if path.is_file():
-                digest.update(f"{folder.name}/{name}".encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    return _combined(_folders(Path(directory)))
 
 
 def open_database(

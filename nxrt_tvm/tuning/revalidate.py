@@ -26,7 +26,7 @@ from tvm.s_tir import meta_schedule as ms
 from ..lower.device_key import DEFAULT_LOG_DIR, compatible_keys, device_key, device_log_dir, write_device_file
 from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
-from ..lower.tuned import TuningDatabase, merge_sizes, read_sizes, record_sizes, replay
+from ..lower.tuned import TuningDatabase, merge_sizes, read_sizes, record_sizes, replay, write_index
 from .tune import STATE_FILE, measure_schedules, measurers
 
 __all__ = ["revalidate", "RevalidateReport"]
@@ -126,6 +126,7 @@ def revalidate(
         failed += sum(1 for w in batch if id(w) not in ok)
         bar.update(len(batch))
     bar.close()
+    write_index(directory)
     return RevalidateReport(
         own.key, directory, sources, measured, done, failed, time.perf_counter() - started
     )

@@ -39,7 +39,7 @@ from ..lower.device_key import DEFAULT_LOG_DIR, device_key, device_log_dir, writ
 from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
 from ..lower.tir_pipeline import MEASURED_PIPELINE, build_for_measurement
-from ..lower.tuned import TuningDatabase, is_searched, mean_us, record_sizes, replay
+from ..lower.tuned import TuningDatabase, is_searched, mean_us, record_sizes, replay, write_index
 from ..partition.plan import make_plan
 from ..providers import CPUExecutionProvider, TvmExecutionProvider
 from .tasks import TuningTask, extract_tasks
@@ -390,6 +390,7 @@ def tune_model(
                 best_is_rule,
             )
         )
+    write_index(directory)  # what sessions read instead of every candidate
     return TuneReport(device_key(tvm_target), directory, tuple(results), time.perf_counter() - started)
 
 
