@@ -31,6 +31,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ..conv1d import Conv1dAsConv2d
+from ..conv_transpose import ConvTransposeAsMatmul
 from ..fold_affine import FoldAffineIntoConv
 from ..fold_constants import FoldConstantLayouts
 from ..grouped_conv import SplitGroupedConv, conv2d_like
@@ -94,6 +95,8 @@ CONV_ALGORITHMS = ("auto", "direct")
 
 def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto") -> list[tvm.transform.Pass]:
     """Relax passes before legalisation: 1-D convolutions as 1xK 2-D ones (`nxrt_tvm.lower.conv1d`);
+    transposed convolutions whose stride is their kernel as a matmul and a pixel shuffle
+    (`nxrt_tvm.lower.conv_transpose`);
     inference BatchNormalization folded into the conv before it;
     grouped convolutions split into one per group (`nxrt_tvm.lower.grouped_conv`);
     exp/erf/tanh as vectorisable polynomials, not libm calls, where the precision policy allows
@@ -106,6 +109,7 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
     winograd = [WinogradConv2D] if conv_algorithm == "auto" else []
     return [
         Conv1dAsConv2d(),
+        ConvTransposeAsMatmul(),
         FoldAffineIntoConv,
         SplitGroupedConv(),
         convert_conv_layout(),  # first: approximations are kernels, which layout conversion cannot enter
