@@ -6,6 +6,11 @@ to ``out[n, oc, h*kh + i, w*kw + j]``: a matmul over input channels, then an int
 it as a convolution over the stride-dilated input, three zeros in four at stride 2, with the output
 channels (one, in PP-OCR det's head) as the only vector: that kernel took 6.6 of the model's 18 ms. As
 a matmul and a transpose, both take their rules.
+
+Static shapes only: over a symbolic height and width, TVM 0.27's FuseTIR fails on the fused shuffle and
+bias ("Inconsistent buffers ... mapped to the same relax var", PP-OCR det), so a symbolic build keeps
+the transposed convolution; the session's build for the shapes its calls repeat
+(`nxrt_tvm.runtime.specialise`) is static, and takes the matmul.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ class ConvTransposeAsMatmul:
         data_shape, weight_shape = getattr(data.ty, "shape", None), getattr(weight.ty, "shape", None)
         if not isinstance(data_shape, relax.ShapeExpr) or not isinstance(weight_shape, relax.ShapeExpr):
             return call
-        weight_shape = _ints(weight_shape.values)
-        if weight_shape is None or len(weight_shape) != 4:
+        weight_shape, static = _ints(weight_shape.values), _ints(data_shape.values)
+        if weight_shape is None or len(weight_shape) != 4 or static is None:
             return call
         in_channels, out_channels, kh, kw = weight_shape
         plain = (
@@ -63,7 +68,7 @@ class ConvTransposeAsMatmul:
         )
         if not plain:
             return call
-        n, _, h, w = data_shape.values
+        n, _, h, w = static
         value = constant_array(weight)
         columns = out_channels * kh * kw
         matrix = (
