@@ -24,7 +24,7 @@ is reported unmeasured, before TVM code ever sees them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -50,6 +50,7 @@ __all__ = [
     "PartitionTiming",
     "REPRESENTATIVE_SIZES",
     "measure_partition",
+    "ort_alone_us",
     "ort_run_floor_us",
     "representative_inputs",
 ]
@@ -164,23 +165,21 @@ def measure_partition(
     Both run on `threads` threads (0: all), the session's `intra_op_num_threads`."""
     inputs, outputs = graph.boundary(nodes)
     alone = partition_for_ort(graph, nodes, inputs, outputs, name)  # as the fallback runs it
-    for other in REPRESENTATIVE_SIZES["other"]:
-        made = _inputs(graph, inputs, other)
-        if made is None:
-            return None
-        arrays, sizes = made
+    large = None
+
+    def share(sizes: str, other: int) -> float:
         # a second size only where some dim takes it (not static, not a batch alone): each timing then
         # gets a quarter of the budget
+        nonlocal large
         large = _inputs(graph, inputs, REPRESENTATIVE_SIZES["large"]) if sizes else None
         twice = large is not None and large[1] != sizes and REPRESENTATIVE_SIZES["large"] > other
-        share = budget_s / (4 if twice else 2)
-        ort_s = _ort_seconds(alone, dict(zip(inputs, arrays)), share, threads)
-        if ort_s is not None:
-            break
-        if not sizes:
-            return None  # static shapes: other sizes change nothing
-    else:
+        large = large if twice else None
+        return budget_s / (4 if twice else 2)
+
+    first = _first_accepted(graph, inputs, alone, threads, share)
+    if first is None:
         return None
+    arrays, sizes, ort_s, share_s = first
     kernel = TvmKernel(
         library,
         DeviceId(DeviceType.CPU, 0),
@@ -193,16 +192,51 @@ def measure_partition(
     def timed(arrays: list[np.ndarray], ort_s: float, sizes: str) -> PartitionTiming:
         views = [TensorView(a) for a in arrays]
         use_threads(threads)
-        tvm_s = median_seconds(lambda: kernel.compute(views), 100, warmup=3, budget_s=share)
+        tvm_s = median_seconds(lambda: kernel.compute(views), 100, warmup=3, budget_s=share_s)
         return PartitionTiming(1e6 * tvm_s, max(1e6 * ort_s - floor_us, 0.0), floor_us, sizes)
 
     timing = timed(arrays, ort_s, sizes)
-    ort_large = _ort_seconds(alone, dict(zip(inputs, large[0])), share, threads) if twice else None
+    ort_large = _ort_seconds(alone, dict(zip(inputs, large[0])), share_s, threads) if large else None
     if ort_large is not None:
         at_large = timed(large[0], ort_large, large[1])
         if at_large.tvm_us * max(timing.ort_us, 1e-3) > timing.tvm_us * max(at_large.ort_us, 1e-3):
             timing = at_large
     return timing
+
+
+def ort_alone_us(
+    graph: GraphView, nodes: Sequence[int], name: str, budget_s: float, threads: int = 0
+) -> tuple[float, str] | None:
+    """onnxruntime's time per run (us, its run floor included) on the partition as a model of its own, at
+    the first representative sizes it accepts, and those sizes; None where it cannot run it alone. What a
+    partition must beat before it is worth building (`providers.tvm.cost.cannot_win`)."""
+    inputs, outputs = graph.boundary(nodes)
+    alone = partition_for_ort(graph, nodes, inputs, outputs, name)
+    first = _first_accepted(graph, inputs, alone, threads, lambda _sizes, _other: budget_s)
+    return None if first is None else (1e6 * first[2], first[1])
+
+
+def _first_accepted(
+    graph: GraphView,
+    inputs: Sequence[str],
+    alone: tuple[onnx.ModelProto, Mapping[str, ort.OrtValue]],
+    threads: int,
+    share: Callable[[str, int], float],
+) -> tuple[list[np.ndarray], str, float, float] | None:
+    """Inputs at the first representative size onnxruntime accepts, their sizes, its seconds on them and
+    the budget `share(sizes, other)` gave it; None where it accepts none (or a rank or type is unknown)."""
+    for other in REPRESENTATIVE_SIZES["other"]:
+        made = _inputs(graph, inputs, other)
+        if made is None:
+            return None
+        arrays, sizes = made
+        budget_s = share(sizes, other)
+        ort_s = _ort_seconds(alone, dict(zip(inputs, arrays)), budget_s, threads)
+        if ort_s is not None:
+            return arrays, sizes, ort_s, budget_s
+        if not sizes:
+            return None  # static shapes: other sizes change nothing
+    return None
 
 
 def _ort_seconds(

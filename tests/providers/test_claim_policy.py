@@ -187,7 +187,8 @@ def test_a_window_longer_than_the_first_representative_size_is_measured_at_the_n
 
 def test_a_small_partition_that_splits_the_model_must_also_pay_for_the_split(default_policy):
     # a Relu on TVM beside a node left to onnxruntime: faster alone by a few us, but every partition the
-    # session adds costs ~15 us (silero_vad's 1-node TVM partitions made it 2x slower than onnxruntime)
+    # session adds costs ~15 us (silero_vad's 1-node TVM partitions made it 2x slower than onnxruntime);
+    # onnxruntime runs it alone in less than a TVM call and that split cost, so it is not even built
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])],
         "split",
@@ -199,7 +200,8 @@ def test_a_small_partition_that_splits_the_model_must_also_pay_for_the_split(def
     assert [str(p.ep) for p in sess.plan.partitions] == ["CPUExecutionProvider"]
     relu = next(d for d in sess.plan.declines if d.op_type == "Relu")
     assert relu.rejected is nx.Rejected.PARTITION
-    assert "plus 15 us for the split it makes of the model" in relu.detail, relu.detail
+    assert "plus 15 us for the split (not built)" in relu.detail, relu.detail
+    assert sess.provider(TVM).stats["builds"] == 0
     x = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
     assert_parity(sess.run(None, {"x": x}), ort_run(model, {"x": x}))
 

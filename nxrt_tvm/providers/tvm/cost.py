@@ -14,7 +14,7 @@ from __future__ import annotations
 from ...api.claim import Cost, DeclineSignal, Rejected
 from ...runtime.measure import PartitionTiming
 
-__all__ = ["CLAIM_POLICIES", "COST_MARGIN", "SPLIT_US", "judge_cost"]
+__all__ = ["CLAIM_POLICIES", "COST_MARGIN", "SPLIT_US", "judge_cost", "cannot_win"]
 
 CLAIM_POLICIES = ("auto", "all", "cost")
 
@@ -27,6 +27,36 @@ COST_MARGIN = 0.05
 #: between partitions in Python and the fallback split around it (silero_vad at 2 threads: 15-20 us per
 #: extra partition; its 1-node TVM partitions measured faster alone and made the model 2x slower)
 SPLIT_US = 15.0
+
+
+def cannot_win(
+    policy: str, nodes: int, ort_alone: tuple[float, str], floor_us: float, whole: bool
+) -> DeclineSignal | None:
+    """A decline, before any build, for a partition onnxruntime runs alone faster than a TVM call could
+    cost: a call into a TVM kernel costs at least onnxruntime's own per-run floor (measured: 4.3-4.4 us
+    for one-node TVM partitions against a 3.2 us floor), so `judge_cost` would decline it whatever TVM
+    measured. Silero VAD's and Magika's few-node partitions were each compiled (0.2-1 s, bisected where
+    they failed) to be declined this way."""
+    ort_us, sizes = ort_alone
+    if policy == "auto":
+        split = 0.0 if whole else SPLIT_US
+        least = floor_us * (1 + COST_MARGIN) + split
+        rule = f"a TVM call costs at least {floor_us:.1f} us" + (
+            "" if whole else f", plus {SPLIT_US:.0f} us for the split"
+        )
+    else:
+        least = floor_us * (1 + COST_MARGIN) + 2 * floor_us
+        rule = f"a TVM call costs at least {floor_us:.1f} us, plus one fallback run"
+    if ort_us >= least:
+        return None
+    at = f" at {sizes}" if sizes else ""
+    return DeclineSignal(
+        Rejected.PARTITION,
+        f"claim_policy={policy!r}: onnxruntime runs its partition ({nodes} nodes) alone in "
+        f"{ort_us:.1f} us{at}; {rule} (not built)",
+        "partitions measured at least as fast on TVM as on the fallback",
+        "use claim_policy='all' to compile it anyway",
+    )
 
 
 def _source(timing: PartitionTiming, remembered: bool) -> str:

@@ -29,11 +29,11 @@ from ...partition.tvm_rules import FUNCTION_OPS, check_group, check_node
 from ...runtime.artifact import Library
 from ...runtime.dispatch import SizeDispatchKernel
 from ...runtime.kernel import TvmKernel
-from ...runtime.measure import measure_partition
+from ...runtime.measure import measure_partition, ort_alone_us, ort_run_floor_us
 from ...timing import phase
 from .builder import PartitionBuilder
 from .context import context_of, kernel_of
-from .cost import judge_cost
+from .cost import cannot_win, judge_cost
 from .options import TvmOptions
 from .sizes import size_combinations, specialised_kernels
 from .weights import DeviceWeights
@@ -132,7 +132,11 @@ class TvmExecutionProvider(ExecutionProvider):
             )
             for group in bar:
                 if group not in verified:
-                    problems = check_group(graph, group) or self.builder.prove(graph, group)
+                    problems = (
+                        check_group(graph, group)
+                        or self._hopeless(graph, group, taken)
+                        or self.builder.prove(graph, group)
+                    )
                     rejected.update(problems)
                     if not problems:
                         verified.add(group)
@@ -167,6 +171,22 @@ class TvmExecutionProvider(ExecutionProvider):
             replace(c, cost=costs.get(c.nodes, Cost())) for c in make_claims(graph, self.ep_id, kept, "tvm")
         )
         return ClaimResult(claims, tuple(declines))
+
+    def _hopeless(
+        self, graph: GraphView, group: tuple[int, ...], taken: Sequence[Collection[int]]
+    ) -> dict[int, DeclineSignal]:
+        """Each node of a partition the claim policy would decline whatever TVM measured (`cannot_win`),
+        found before building it; none where it may win or is not judged by timing."""
+        if self.options.claim_policy == "all" or self.device.type is not DeviceType.CPU:
+            return {}
+        name, threads = partition_name(graph, group, "tvm"), self.config.intra_op_num_threads
+        with phase("measure against onnxruntime"):
+            alone = ort_alone_us(graph, group, name, self.options.cost_budget_s / 4, threads)
+        if alone is None:
+            return {}
+        whole = len(group) + sum(len(t) for t in taken) >= len(graph.nodes)
+        signal = cannot_win(self.options.claim_policy, len(group), alone, ort_run_floor_us(), whole)
+        return {} if signal is None else {i: signal for i in group}
 
     def _cost(
         self, graph: GraphView, group: tuple[int, ...], costs: dict, whole: bool
