@@ -314,3 +314,24 @@ def test_session_options_refuse_what_nxrt_does_not_read():
         with pytest.raises(nx.InvalidProviderOptions, match="intra_op_num_threads must be an int >= 0"):
             options.intra_op_num_threads = bad
     assert options.intra_op_num_threads == 0
+
+
+def test_inputs_and_outputs_without_a_shape_run_as_onnxruntime_runs_them():
+    """onnx.helper's ``shape=None`` declares an element type and no shape (unknown rank): onnx.checker
+    refuses such a graph input or output, onnxruntime runs the model, and so do we (it was InvalidModel)."""
+    from onnx import TensorProto, helper
+
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    for input_shape in ([2, 8], None):
+        graph = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Sigmoid", ["y"], ["z"])],
+            "shapeless",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, input_shape)],
+            [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        sess = nx.InferenceSession(model)
+        assert sess.get_outputs()[0].shape == []  # as onnxruntime reports an unknown shape
+        assert_parity(sess.run(None, {"x": x}), ort_run(model, {"x": x}))
+        if input_shape is not None:
+            assert _eps(sess) == [TVM]

@@ -335,6 +335,17 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return light
 
 
+def _checkable(light: onnx.ModelProto) -> onnx.ModelProto:
+    """`light` (a copy) as onnx.checker accepts what onnxruntime runs: a graph input or output that
+    declares an element type but no shape (unknown rank, onnx.helper's ``shape=None``) is refused by the
+    checker alone; the checked copy declares an empty shape there (the checker infers nothing, so no
+    rank is compared with it)."""
+    for value in (*light.graph.input, *light.graph.output):
+        if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
+            value.type.tensor_type.shape.SetInParent()
+    return light
+
+
 def analyse(
     model: onnx.ModelProto,
     *,
@@ -349,7 +360,7 @@ def analyse(
     found (`inference.infer`)."""
     if check:
         try:
-            onnx.checker.check_model(_light_copy(model))
+            onnx.checker.check_model(_checkable(_light_copy(model)))
         except (onnx.checker.ValidationError, ValueError) as exc:
             raise InvalidModel(f"model fails onnx.checker: {exc}") from exc
     _normalise(model, inline)
