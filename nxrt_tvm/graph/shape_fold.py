@@ -97,6 +97,9 @@ class _Evaluator:
 
     def add_initializer(self, tensor: onnx.TensorProto) -> None:
         self.types[tensor.name] = tensor.data_type
+        # its shape is known whatever its size (Silero VAD pads by Shape of a weight: unfolded, the chain
+        # reached TVM as a shape value its Reshape could not infer a -1 from, and the build was bisected)
+        self.shapes[tensor.name] = tuple(int(d) for d in tensor.dims)
         if tensor.data_type in _INT_TYPES and len(tensor.dims) <= 1:
             if math.prod(tensor.dims) <= _MAX_ELEMENTS:
                 array = numpy_helper.to_array(tensor)

@@ -131,3 +131,46 @@ def test_a_dynamic_shape_export_is_one_tvm_partition(name, data_dir, exports_cac
     sess = nx.InferenceSession(str(data_dir / f"{name}.onnx"), providers=providers)
     assert len(sess.plan.partitions) <= 2, sess.plan.format(sess.graph)
     assert not sess.plan.declines, sess.plan.format(sess.graph)
+
+
+def test_the_shape_of_a_weight_is_known():
+    """Silero VAD's reflect padding: its pads come from Shape of a [2] weight, padded to four with
+    ConstantOfShape, reshaped to [-1, 2], reversed and flattened. All of it is known at load; unfolded,
+    TVM's frontend held it as a shape value its Reshape could not infer the -1 from, and the build was
+    bisected. Folded, no Shape is left, and the rest of the chain builds (the Pad itself stays with
+    onnxruntime: its pads are still computed, by the 2-D Reshape, Slice and Transpose)."""
+    nodes = [
+        helper.make_node("Shape", ["w"], ["n"]),
+        helper.make_node("Sub", ["four", "n"], ["rest"]),
+        helper.make_node("ConstantOfShape", ["rest"], ["zeros"], value=_const("zero", [0])),
+        helper.make_node("Concat", ["w", "zeros"], ["flat"], axis=0),
+        helper.make_node("Reshape", ["flat", "pairs"], ["by_axis"]),
+        helper.make_node("Slice", ["by_axis", "start", "end", "axis0", "step"], ["reversed"]),
+        helper.make_node("Transpose", ["reversed"], ["t"], perm=[1, 0]),
+        helper.make_node("Reshape", ["t", "minus1"], ["pads"]),
+        helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect"),
+    ]
+    inits = [
+        _const("w", [3, 5]),
+        _const("four", [4]),
+        _const("pairs", [-1, 2]),
+        _const("start", [-1]),
+        _const("end", [-(2**62)]),
+        _const("axis0", [0]),
+        _const("step", [-1]),
+        _const("minus1", [-1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "reflect_pads",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "samples"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    assert not any(n.op_type == "Shape" for n in load_model(model).nodes)
+    sess = nx.InferenceSession(model, providers=ALL)
+    assert [d.op_type for d in sess.plan.declines] == ["Pad"], sess.plan.format(sess.graph)
+    assert sess.provider(str(TVM)).stats["bisections"] == 0
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 40)).astype(np.float32)}
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))
