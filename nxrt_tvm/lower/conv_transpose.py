@@ -20,19 +20,10 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
-from .fold_affine import constant_array
+from .fold_affine import constant_array, static_shape
 from .strict import own_pass
 
 __all__ = ["ConvTransposeAsMatmul"]
-
-
-def _ints(values) -> list[int] | None:
-    out = []
-    for v in values:
-        if not isinstance(v, (int, tvm.tirx.IntImm)):
-            return None
-        out.append(int(v))
-    return out
 
 
 @relax.transform.function_pass(opt_level=0, name="nxrt_tvm.ConvTransposeAsMatmul")
@@ -52,23 +43,21 @@ class ConvTransposeAsMatmul:
         data, weight = call.args
         if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "IOHW", "NCHW"):
             return call
-        data_shape, weight_shape = getattr(data.ty, "shape", None), getattr(weight.ty, "shape", None)
-        if not isinstance(data_shape, relax.ShapeExpr) or not isinstance(weight_shape, relax.ShapeExpr):
-            return call
-        weight_shape, static = _ints(weight_shape.values), _ints(data_shape.values)
-        if weight_shape is None or len(weight_shape) != 4 or static is None:
+        data_shape = static_shape(getattr(data.ty, "shape", None))
+        weight_shape = static_shape(getattr(weight.ty, "shape", None))
+        if data_shape is None or weight_shape is None or len(weight_shape) != 4:
             return call
         in_channels, out_channels, kh, kw = weight_shape
         plain = (
-            _ints(attrs.strides) == [kh, kw]
-            and _ints(attrs.padding) == [0, 0, 0, 0]
-            and _ints(attrs.output_padding) == [0, 0]
-            and _ints(attrs.dilation) == [1, 1]
+            [int(s) for s in attrs.strides] == [kh, kw]
+            and [int(p) for p in attrs.padding] == [0, 0, 0, 0]
+            and [int(p) for p in attrs.output_padding] == [0, 0]
+            and [int(d) for d in attrs.dilation] == [1, 1]
             and int(attrs.groups) == 1
         )
         if not plain:
             return call
-        n, _, h, w = static
+        n, _, h, w = data_shape
         value = constant_array(weight)
         columns = out_channels * kh * kw
         matrix = (

@@ -26,7 +26,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .strict import own_pass
 
-__all__ = ["FoldAffineIntoConv", "constant_array"]
+__all__ = ["FoldAffineIntoConv", "constant_array", "static_shape"]
 
 
 def _op_call(expr: relax.Expr | None, name: str) -> relax.Call | None:
@@ -36,6 +36,15 @@ def _op_call(expr: relax.Expr | None, name: str) -> relax.Call | None:
         if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
         else None
     )
+
+
+def static_shape(shape) -> tuple[int, ...] | None:
+    """A Relax shape's dims where every one is a number; None for a symbolic or unknown shape."""
+    if not isinstance(shape, relax.ShapeExpr):
+        return None
+    if not all(isinstance(v, tvm.tirx.IntImm) for v in shape.values):
+        return None
+    return tuple(int(v) for v in shape.values)
 
 
 def constant_array(expr: relax.Expr) -> np.ndarray | None:

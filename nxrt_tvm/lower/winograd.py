@@ -31,7 +31,7 @@ from tvm import relax, te, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
-from .fold_affine import constant_array
+from .fold_affine import constant_array, static_shape
 from .strict import own_pass
 
 __all__ = [
@@ -164,12 +164,6 @@ def transform_weight(weight: np.ndarray, m: int) -> np.ndarray:
     return u.reshape(alpha * alpha, weight.shape[2], weight.shape[3]).astype(weight.dtype)
 
 
-def _static(shape) -> tuple[int, ...] | None:
-    if not isinstance(shape, relax.ShapeExpr) or not all(isinstance(v, tirx.IntImm) for v in shape.values):
-        return None
-    return tuple(int(v) for v in shape.values)
-
-
 @mutator
 class _Rewriter(PyExprMutator):
     def __init__(self, mod: tvm.IRModule) -> None:
@@ -235,7 +229,7 @@ class _Rewriter(PyExprMutator):
         dtype = call.ty.dtype
         if kernel is None or dtype != "float32" or data.ty.dtype != dtype or kernel.dtype != np.float32:
             return None
-        in_shape, out_shape = _static(data.ty.shape), _static(call.ty.shape)
+        in_shape, out_shape = static_shape(data.ty.shape), static_shape(call.ty.shape)
         if in_shape is None or out_shape is None or kernel.shape[:2] != (3, 3):
             return None
         n, h_out, w_out, channels_out = out_shape
