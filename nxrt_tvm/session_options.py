@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .api.errors import InvalidProviderOptions
-from .options import as_bool
+from .options import as_bool, as_int
 
 __all__ = ["SessionOptions", "SessionConfig", "CONFIG_KEYS", "DEFAULT_SHAPE_SPECIALISATIONS"]
 
@@ -160,11 +160,10 @@ class SessionConfig:
             raise InvalidProviderOptions(
                 f"nxrt.context_on_mismatch must be one of {_ON_MISMATCH}, got {mismatch!r}"
             )
-        specialisations = entries.get("nxrt.shape_specialisations", str(DEFAULT_SHAPE_SPECIALISATIONS))
-        if not specialisations.strip().isdigit():
-            raise InvalidProviderOptions(
-                f"nxrt.shape_specialisations must be an integer >= 0 (0: never), got {specialisations!r}"
-            )
+        specialisations = as_int(
+            "nxrt.shape_specialisations",
+            entries.get("nxrt.shape_specialisations", DEFAULT_SHAPE_SPECIALISATIONS),
+        )
         trusted_keys = [p.strip() for p in re.split("[,;]", entries.get("nxrt.trusted_keys", ""))]
         return cls(
             context_enable=_flag(entries, "ep.context_enable"),
@@ -176,5 +175,5 @@ class SessionConfig:
             require_signature=_flag(entries, "nxrt.require_signature"),
             free_dimension_overrides=tuple(sorted(free_dims.items())),
             intra_op_num_threads=threads,
-            shape_specialisations=int(specialisations),
+            shape_specialisations=specialisations,
         )
