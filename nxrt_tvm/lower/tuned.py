@@ -45,7 +45,6 @@ __all__ = [
     "open_database",
     "open_records",
     "TuningRecords",
-    "database_digest",
     "write_index",
     "INDEX_FILE",
     "TuningDatabase",
@@ -262,14 +261,14 @@ def _read_index(directory: Path, digest: str) -> dict[int, _Entry] | None:
 def write_index(directory: Path) -> None:
     """Write `INDEX_FILE` for the databases under a device key's folder (its own and the baseline's), from
     their files as they are now (tuning and revalidation call this when they finish)."""
-    for folder in (Path(directory), Path(directory) / BASELINE_DIR):
+    for folder, digest in _folders(Path(directory)).items():
         if not (folder / _FILES[1]).is_file():
             continue
         entries = _fastest_entries(folder)
         index = {
             "format": INDEX_FORMAT,
             "tvm": tvm.__version__,
-            "digest": _folder_digest(folder),
+            "digest": digest,
             "entries": [[key, e.line, e.mean, e.record] for key, e in sorted(entries.items())],
         }
         atomic_write(folder / INDEX_FILE, json.dumps(index).encode())
@@ -436,16 +435,12 @@ def _folders(directory: Path) -> dict[Path, str]:
 
 
 def _combined(folders: dict[Path, str]) -> str:
+    """sha256 over a device key's database files (baseline included): part of compile-cache keys, so new
+    records invalidate old builds (`TuningDatabase.digest`)."""
     digest = hashlib.sha256()
     for folder, folder_digest in folders.items():
         digest.update(f"{folder.name}\0{folder_digest}\0".encode())
     return digest.hexdigest()
-
-
-def database_digest(directory: Path) -> str:
-    """sha256 over the database files (baseline included): part
-    of compile-cache keys, so new records invalidate old builds."""
-    return _combined(_folders(Path(directory)))
 
 
 def open_database(
