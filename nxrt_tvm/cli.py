@@ -78,10 +78,14 @@ def _dims(args: argparse.Namespace) -> dict[str, int]:
     return {name: values[0] for name, values in sizes.items() if len(values) == 1}
 
 
-def _session_options(args: argparse.Namespace) -> SessionOptions:
+def _session_options(args: argparse.Namespace, at_load: bool = False) -> SessionOptions:
+    """The session's options: `--dim` sizes fixed; `at_load`: a symbolic plan built when the session
+    is made (`run` shows and checks it), not deferred until input shapes recur."""
     options = SessionOptions()
     for name, size in _dims(args).items():
         options.add_free_dimension_override_by_name(name, size)
+    if at_load:
+        options.add_session_config_entry("nxrt.symbolic_compile", "load")
     return options
 
 
@@ -272,7 +276,9 @@ def _check_at(sess: InferenceSession, ref, feeds: dict, args: argparse.Namespace
 def _cmd_run(args: argparse.Namespace) -> int:
     model = _model(args)
     providers, options = _provider_args(args)
-    sess = InferenceSession(model, _session_options(args), providers=providers, provider_options=options)
+    sess = InferenceSession(
+        model, _session_options(args, at_load=True), providers=providers, provider_options=options
+    )
     if args.inputs:
         with np.load(args.inputs) as data:
             feed_sets = [({}, {k: data[k] for k in data.files})]

@@ -42,6 +42,7 @@ from .graph.model import (
     fix_input_shapes,
     override_free_dims,
     read_model,
+    specialisable_inputs,
 )
 from .lower.strict import strict
 from .partition.claims import make_claims
@@ -120,7 +121,8 @@ class InferenceSession:
     Mirrors `onnxruntime.InferenceSession`: ``run(output_names, input_feed)``,
     ``get_inputs()``, ``get_outputs()``; ``plan`` shows who runs what and why. A model with symbolic
     input dims is also built for the shapes its calls keep having (`runtime.specialise`):
-    ``session_for(feeds)`` is the session that serves them.
+    ``session_for(feeds)`` is the session that serves them. Where its EPs judge claims by speed, such a
+    model runs on the fallback until then (``deferred``): its symbolic plan is built only if shapes vary.
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class InferenceSession:
         provider_options: Sequence[dict] | None = None,
         *,
         _input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+        _derived: bool = False,
     ):
         started = time.perf_counter()
         #: builds for recurring input shapes (None: static inputs, a precompiled model, or turned off; and
@@ -138,14 +141,18 @@ class InferenceSession:
         self._specialiser: ShapeSpecialiser[InferenceSession] | None = None
         #: where session creation spent its time, per phase (`timing.PhaseTimes`; `nxrt-tvm run --timings`)
         self.compile_times = PhaseTimes()
+        #: a build the specialiser made: for its calls' shapes, or the symbolic plan a deferred one put off
+        derived = _derived or _input_shapes is not None
         with record_phases(self.compile_times):
-            self._create(path_or_bytes, sess_options, providers, provider_options, _input_shapes)
+            self._create(path_or_bytes, sess_options, providers, provider_options, _input_shapes, derived)
         self.load_seconds = time.perf_counter() - started
         log.info("session ready in %.3f s: %s", self.load_seconds, self.plan.nodes_by_ep())
-        if _input_shapes is None and self._specialises():
+        if not derived and self._specialises():
             args = (sess_options, providers, provider_options)
             self._specialiser = ShapeSpecialiser(
-                partial(self._specialised, args), self.config.shape_specialisations
+                partial(self._rebuilt, args),
+                self.config.shape_specialisations,
+                partial(self._rebuilt, args, None) if self.deferred else None,
             )
 
     def _create(
@@ -155,6 +162,7 @@ class InferenceSession:
         providers: Sequence[Any] | None,
         provider_options: Sequence[dict] | None,
         input_shapes: Mapping[str, tuple[int, ...]] | None,
+        derived: bool,
     ) -> None:
         self.config = SessionConfig.parse(sess_options)
         if self.config.intra_op_num_threads > POOL_THREADS:
@@ -181,6 +189,7 @@ class InferenceSession:
                 model = onnx.ModelProto.FromString(source)  # never edit the caller's proto
             override_free_dims(model, dict(self.config.free_dimension_overrides))
             fix_input_shapes(model, input_shapes or {})
+            self._open_dims = specialisable_inputs(model)
             #: the model as given, for builds specialised to the shapes calls have
             self._origin: ModelSource = (
                 source if isinstance(path_or_bytes, onnx.ModelProto) else path_or_bytes
@@ -201,16 +210,23 @@ class InferenceSession:
                 self.config.context_on_mismatch,
                 trust,
             )
+        self._precompiled = bool(contexts.loaded or contexts.planned_fallback)
+        #: the plan waits for the calls' input shapes: the fallback runs the whole model until then
+        self.deferred = not derived and self._defers()
         with phase("analyse"):
             self._graph = analyse(
                 model,
                 inline=inlined_ops(self._providers),
-                symbolic=not (self.config.disable_model_compile or _all_fixed(model, contexts)),
+                symbolic=not (
+                    self.deferred or self.config.disable_model_compile or _all_fixed(model, contexts)
+                ),
                 store=next(filter(None, (ep.inference_store() for ep in self._providers)), None),
             )
         fixed, preloaded = self._context_partitions(contexts)
         with phase("plan"):
-            self.plan: PartitionPlan = make_plan(self._graph, self._providers, fixed)
+            self.plan: PartitionPlan = (
+                self._deferred_plan() if self.deferred else make_plan(self._graph, self._providers, fixed)
+            )
         by_id = {p.ep_id: p for p in self._providers}
         # A partition none of whose results is read (dead code in the model) is neither compiled nor run.
         self._live = [p for p in self.plan.partitions if p.outputs]
@@ -233,7 +249,6 @@ class InferenceSession:
             with phase("split check"):
                 self._check_split(by_id, ep_config, source)
         self.refused_contexts = list(contexts.refused)
-        self._precompiled = bool(contexts.loaded or contexts.planned_fallback)
         if self.config.context_enable:
             with phase("EPContext save"):
                 self._write_context_model(path_or_bytes)
@@ -337,38 +352,51 @@ class InferenceSession:
         config = self.config
         if config.shape_specialisations == 0 or config.disable_model_compile or config.context_enable:
             return False
-        if self._precompiled or self._graph.other_types.keys() & self._inputs.keys():
-            return False
-        shapes = [self._inputs[n].shape for n in self._inputs]
         return (
-            any(p.ep_id != FALLBACK_EP for p in self._providers)
-            and all(s is not None for s in shapes)
-            and any(not isinstance(d, int) for s in shapes for d in s or ())
+            self._open_dims and not self._precompiled and any(p.ep_id != FALLBACK_EP for p in self._providers)
         )
 
-    def _specialised(self, args: tuple, shapes: Shapes) -> InferenceSession | None:
-        """The model built again with its inputs fixed to `shapes`; None where that gives TVM nothing to
-        run (the session's own plan serves them as well) or fails (logged; raised in strict mode)."""
-        fixed = dict(zip(self._inputs, shapes))
-        label = ", ".join(f"{name} {list(shape)}" for name, shape in fixed.items())
-        log.info("input shapes %s recur: building the model for them", label)
+    def _defers(self) -> bool:
+        """Whether to run on the fallback until input shapes are known, rather than build the symbolic
+        plan now: builds for shapes come, and every compiling EP keeps a partition only where it measured
+        faster (at invented sizes, for a symbolic plan; at the calls' own, for a build for them)."""
+        return (
+            self.config.symbolic_compile == "deferred"
+            and self._specialises()
+            and all(p.judges_by_speed() for p in self._providers if p.ep_id != FALLBACK_EP)
+        )
+
+    def _deferred_plan(self) -> PartitionPlan:
+        """The whole model on the fallback, until the calls' input shapes are known."""
+        graph = self._graph
+        waiting = Cost(
+            source="deferred: built once input shapes recur or vary (nxrt.symbolic_compile='load' builds now)"
+        )
+        everything = make_claims(graph, FALLBACK_EP, [list(range(len(graph.nodes)))], "cpu", waiting)
+        return PartitionPlan(everything, (), len(graph.nodes))
+
+    def _rebuilt(self, args: tuple, shapes: Shapes | None) -> InferenceSession | None:
+        """The model built again: with its inputs fixed to `shapes`, or (None) with the symbolic plan a
+        deferred session put off, once its calls' shapes vary. None where that gives TVM nothing to run
+        (this session's plan serves as well) or fails (logged; raised in strict mode)."""
+        fixed = None if shapes is None else dict(zip(self._inputs, shapes))
+        if fixed is None:
+            label = "the symbolic plan"
+            log.info("input shapes vary: building the model's symbolic plan")
+        else:
+            label = "input shapes " + ", ".join(f"{name} {list(shape)}" for name, shape in fixed.items())
+            log.info("%s recur: building the model for them", label)
         try:
-            session = InferenceSession(self._origin, *args, _input_shapes=fixed)
-        except Exception as exc:  # no common base (TVM, onnxruntime, ours): the symbolic plan serves them
+            session = InferenceSession(self._origin, *args, _input_shapes=fixed, _derived=True)
+        except Exception as exc:  # no common base (TVM, onnxruntime, ours): this session's plan serves
             if strict():
                 raise
-            log.warning("no build for input shapes %s (the symbolic plan serves them): %s", label, exc)
+            log.warning("no build for %s (the session's own plan serves): %s", label, exc)
             return None
         if all(p.ep == FALLBACK_EP for p in session._live):
-            log.info(
-                "input shapes %s: every partition stays on %s; the symbolic plan serves them",
-                label,
-                FALLBACK_EP,
-            )
+            log.info("%s: every partition stays on %s; the session's own plan serves", label, FALLBACK_EP)
             return None
-        log.info(
-            "input shapes %s: built in %.1f s (%s)", label, session.load_seconds, session.plan.nodes_by_ep()
-        )
+        log.info("%s: built in %.1f s (%s)", label, session.load_seconds, session.plan.nodes_by_ep())
         return session
 
     def session_for(self, input_feed: dict[str, Any]) -> InferenceSession:
@@ -377,7 +405,7 @@ class InferenceSession:
         if self._specialiser is None:
             return self
         checked = self._validate(input_feed)
-        return self._specialiser.sessions.get(self._shapes(checked)) or self
+        return self._specialiser.sessions.get(self._shapes(checked)) or self._specialiser.general or self
 
     def _shapes(self, checked: dict[str, Any]) -> Shapes:
         return tuple(tuple(checked[name].shape) for name in self._inputs)

@@ -38,9 +38,15 @@ CONFIG_KEYS = {
         "most input shapes a model with symbolic dims is built for again, once calls repeat them"
         f" (default '{DEFAULT_SHAPE_SPECIALISATIONS}'; '0': never)"
     ),
+    "nxrt.symbolic_compile": (
+        "'deferred' (default): a model with symbolic input dims runs on the fallback until its input"
+        " shapes recur or vary, then builds for them; 'load': build the symbolic plan when the session"
+        " is made"
+    ),
 }
 
 _ON_MISMATCH = ("error", "recompile", "fallback")
+_SYMBOLIC_COMPILE = ("deferred", "load")
 
 
 class SessionOptions:
@@ -122,6 +128,7 @@ class SessionConfig:
     free_dimension_overrides: tuple[tuple[str, int], ...] = ()
     intra_op_num_threads: int = 0  #: 0: every core this process may use
     shape_specialisations: int = DEFAULT_SHAPE_SPECIALISATIONS
+    symbolic_compile: str = "deferred"
 
     @classmethod
     def parse(cls, options: Any) -> "SessionConfig":
@@ -160,6 +167,11 @@ class SessionConfig:
             raise InvalidProviderOptions(
                 f"nxrt.context_on_mismatch must be one of {_ON_MISMATCH}, got {mismatch!r}"
             )
+        symbolic_compile = entries.get("nxrt.symbolic_compile", "deferred")
+        if symbolic_compile not in _SYMBOLIC_COMPILE:
+            raise InvalidProviderOptions(
+                f"nxrt.symbolic_compile must be one of {_SYMBOLIC_COMPILE}, got {symbolic_compile!r}"
+            )
         specialisations = as_int(
             "nxrt.shape_specialisations",
             entries.get("nxrt.shape_specialisations", DEFAULT_SHAPE_SPECIALISATIONS),
@@ -176,4 +188,5 @@ class SessionConfig:
             free_dimension_overrides=tuple(sorted(free_dims.items())),
             intra_op_num_threads=threads,
             shape_specialisations=specialisations,
+            symbolic_compile=symbolic_compile,
         )

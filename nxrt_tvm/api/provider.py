@@ -92,6 +92,12 @@ class ExecutionProvider(abc.ABC):
         """A kernel from a saved context; `initializers` are the model's, for blobs built weightless."""
         raise UnsupportedContext(str(self.ep_id))
 
+    def judges_by_speed(self) -> bool:
+        """Whether this EP keeps a partition only where it measured faster than the fallback: the session
+        may then run a model with symbolic input dims on the fallback until its input shapes are known
+        (`nxrt.symbolic_compile`), since any partition this EP would keep is judged at those shapes."""
+        return False
+
     def optimizer_passes(self) -> list[Any]:
         """EP-specific graph passes (TVM passes for the TVM EP) run while lowering."""
         return []

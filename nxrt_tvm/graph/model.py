@@ -36,6 +36,7 @@ __all__ = [
     "analyse",
     "override_free_dims",
     "fix_input_shapes",
+    "specialisable_inputs",
     "ModelSource",
     "attributes",
 ]
@@ -428,6 +429,14 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
         for dim, size in zip(dims, shape):
             dim.dim_value = int(size)  # clears dim_param (one of the two)
     _drop_inferable_types(model)
+
+
+def specialisable_inputs(model: onnx.ModelProto) -> bool:
+    """Whether a build for its calls' input shapes could fix input dims the model leaves open: every graph
+    input (initializers aside) a tensor of known rank, and some dim not a fixed size."""
+    weights = {t.name for t in model.graph.initializer}
+    inputs = [ValueInfo.from_proto(v) for v in model.graph.input if v.name not in weights]
+    return all(i.shape is not None for i in inputs) and not all(i.is_static for i in inputs)
 
 
 def _drop_inferable_types(model: onnx.ModelProto) -> None:

@@ -13,6 +13,10 @@ compile cache makes it a load), for at most `limit` shapes per session (`nxrt.sh
 a shape seen once or twice (a server's odd request) costs nothing, and shapes that never repeat
 cannot make a session compile without end. A build that brings no TVM partition (every partition
 measured slower on TVM at those shapes too) is dropped: the session's own plan serves those shapes.
+
+A session that defers its symbolic plan (`nxrt.symbolic_compile`, the default where claims are judged
+by speed) runs on onnxruntime alone until shapes recur, and builds the symbolic plan (`general`) only
+once calls have brought `SPECIALISE_AFTER` shapes it holds no build for: shapes that vary.
 """
 
 from __future__ import annotations
@@ -37,34 +41,46 @@ S = TypeVar("S")
 
 class ShapeSpecialiser(Generic[S]):
     """Which session serves a call's input shapes: a specialised one, made by `build` (None: no gain at
-    those shapes), on the `SPECIALISE_AFTER`th call with them, for at most `limit` shapes."""
+    those shapes), on the `SPECIALISE_AFTER`th call with them, for at most `limit` shapes; else the one
+    `general` makes (once, when shapes vary), where the session defers its symbolic plan."""
 
-    def __init__(self, build: Callable[[Shapes], S | None], limit: int):
+    def __init__(
+        self, build: Callable[[Shapes], S | None], limit: int, general: Callable[[], S | None] | None = None
+    ):
         self._build = build
         self.limit = limit
         #: shapes -> the session built for them
         self.sessions: dict[Shapes, S] = {}
-        self._seen: dict[Shapes, int] = {}
+        #: the symbolic plan's session, once `general` made it (None: the session's own plan serves)
+        self.general: S | None = None
+        self._make_general = general
+        self._seen: dict[Shapes, int] = {}  # shapes not built for -> calls with them
         self._settled: set[Shapes] = set()  # built, or tried: never built again
         self._lock = threading.Lock()
 
     def session_for(self, shapes: Shapes) -> S | None:
-        """The session built for `shapes`, building it on the call that makes them recur; None: the
-        session's own plan serves them."""
+        """The session for `shapes`: built for them (on the call that makes them recur), else the general
+        one; None: the session's own plan serves them."""
         session = self.sessions.get(shapes)
-        if session is not None or shapes in self._settled or len(self._settled) >= self.limit:
+        if session is not None:
             return session
+        if self._make_general is None and (shapes in self._settled or len(self._settled) >= self.limit):
+            return self.general
         with self._lock:  # concurrent runs count once each, and one of them builds
-            if shapes in self._settled or len(self._settled) >= self.limit:
-                return self.sessions.get(shapes)
-            seen = self._seen.get(shapes, 0) + 1
-            if seen < SPECIALISE_AFTER:
-                if len(self._seen) < _MAX_COUNTED:
-                    self._seen[shapes] = seen
-                return None
-            self._settled.add(shapes)
-            self._seen.pop(shapes, None)
-            session = self._build(shapes)
+            session = self.sessions.get(shapes)
             if session is not None:
-                self.sessions[shapes] = session
-            return session
+                return session
+            seen = self._seen.pop(shapes, 0) + 1
+            if shapes not in self._settled:
+                if seen >= SPECIALISE_AFTER and len(self._settled) < self.limit:
+                    self._settled.add(shapes)
+                    session = self._build(shapes)
+                    if session is not None:
+                        self.sessions[shapes] = session
+                        return session
+                elif len(self._seen) < _MAX_COUNTED:
+                    self._seen[shapes] = seen
+            if self._make_general is not None and len(self._seen) >= SPECIALISE_AFTER:
+                make, self._make_general = self._make_general, None  # tried once
+                self.general = make()
+            return self.general

@@ -18,6 +18,9 @@ from nxrt_tvm.providers.tvm.options import CLAIM_POLICY_ENV
 from nxrt_tvm.runtime.measure import REPRESENTATIVE_SIZES, _inputs
 
 TVM = "TvmExecutionProvider"
+#: the symbolic plan built when the session is made, to test its measurements (the default defers it
+#: until input shapes are known: tests/runtime/test_specialise.py)
+AT_LOAD = {"nxrt.symbolic_compile": "load"}
 
 
 def _matmul(batch: int | str = 256):
@@ -82,11 +85,11 @@ def test_the_default_keeps_a_partition_tvm_runs_faster(default_policy):
 
 
 def test_symbolic_dims_are_measured_at_representative_sizes(default_policy):
-    sess = nx.InferenceSession(_matmul("batch_size"), provider_options=[{"schedule_passes": []}, {}])
+    sess = nx.InferenceSession(_matmul("batch_size"), AT_LOAD, provider_options=[{"schedule_passes": []}, {}])
     (decline,) = sess.plan.declines
     assert "at batch_size=1 " in decline.detail
     # a leading dim counts as a batch whatever its name (Paddle's `p2o.DynamicDimension.0`)
-    sess = nx.InferenceSession(_matmul("rows"), provider_options=[{"schedule_passes": []}, {}])
+    sess = nx.InferenceSession(_matmul("rows"), AT_LOAD, provider_options=[{"schedule_passes": []}, {}])
     (decline,) = sess.plan.declines
     assert "at rows=1 " in decline.detail
 
@@ -157,7 +160,7 @@ def test_inputs_onnxruntime_refuses_leave_the_partition_unmeasured_and_kept(defa
         [weight],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    sess = nx.InferenceSession(model)
+    sess = nx.InferenceSession(model, AT_LOAD)
     (part,) = sess.plan.partitions
     assert str(part.ep) == TVM
     assert part.cost.latency_us is None and part.cost.source.startswith("unmeasured")
@@ -177,7 +180,7 @@ def test_a_window_longer_than_the_first_representative_size_is_measured_at_the_n
         [weight],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    sess = nx.InferenceSession(model)
+    sess = nx.InferenceSession(model, AT_LOAD)
     costs = [p.cost.source for p in sess.plan.partitions if str(p.ep) == TVM]
     declines = [d.detail for d in sess.plan.declines]
     assert any("samples=512" in text for text in costs + declines), (costs, declines)

@@ -77,6 +77,9 @@ class TvmExecutionProvider(ExecutionProvider):
     def variants(self) -> dict[str, list[KernelVariant]]:
         return self.builder.variants
 
+    def judges_by_speed(self) -> bool:
+        return self.options.claim_policy != "all" and self.device.type is DeviceType.CPU
+
     def optimizer_passes(self) -> list[tvm.transform.Pass]:
         return list(self.lowering.user_passes)
 
@@ -177,7 +180,7 @@ class TvmExecutionProvider(ExecutionProvider):
     ) -> dict[int, DeclineSignal]:
         """Each node of a partition the claim policy would decline whatever TVM measured (`cannot_win`),
         found before building it; none where it may win or is not judged by timing."""
-        if self.options.claim_policy == "all" or self.device.type is not DeviceType.CPU:
+        if not self.judges_by_speed():
             return {}
         name, threads = partition_name(graph, group, "tvm"), self.config.intra_op_num_threads
         with phase("measure against onnxruntime"):
