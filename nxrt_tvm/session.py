@@ -407,6 +407,16 @@ class InferenceSession:
         checked = self._validate(input_feed)
         return self._specialiser.sessions.get(self._shapes(checked)) or self._specialiser.general or self
 
+    def _settled(self, feeds: dict[str, np.ndarray]) -> bool:
+        """Whether these feeds' shapes can only ever run on this session's plan (no build for shapes,
+        or one tried for theirs that the specialiser will neither count nor route elsewhere)."""
+        if self._specialiser is None:
+            return True
+        try:
+            return self._specialiser.settled(tuple(tuple(feeds[name].shape) for name in self._inputs))
+        except KeyError:  # a missing input: `_validate` says so
+            return False
+
     def _shapes(self, checked: dict[str, Any]) -> Shapes:
         return tuple(tuple(checked[name].shape) for name in self._inputs)
 
@@ -542,6 +552,13 @@ class InferenceSession:
     ) -> list[np.ndarray]:
         """Compute the requested outputs (all when `output_names` is None) as numpy arrays."""
         wanted = self._output_names if output_names is None else list(output_names)
+        if self._whole is not None and _arrays(input_feed) and self._settled(input_feed):
+            # onnxruntime runs the user's model as given and checks array feeds as it would alone; ours
+            # (4-5 us a call, a tenth of a small model's run) come in only to say what it refused
+            try:
+                return self._whole.run_host(wanted, input_feed)
+            except KernelFailed:
+                pass
         bad = [n for n in wanted if n not in self._output_names] if output_names is not None else []
         if bad:
             raise InvalidFeed(
@@ -612,6 +629,11 @@ def _split_by_measurement(live: Sequence[SubgraphClaim]) -> bool:
     return any(p.ep == FALLBACK_EP for p in live) and any(
         p.ep != FALLBACK_EP and p.cost.latency_us is not None for p in live
     )
+
+
+def _arrays(feeds: Any) -> bool:
+    """Whether `feeds` is a dict of numpy arrays (onnxruntime and `_validate` judge those alike)."""
+    return type(feeds) is dict and all(type(v) is np.ndarray for v in feeds.values())
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:

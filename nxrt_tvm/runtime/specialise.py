@@ -58,6 +58,11 @@ class ShapeSpecialiser(Generic[S]):
         self._settled: set[Shapes] = set()  # built, or tried: never built again
         self._lock = threading.Lock()
 
+    def settled(self, shapes: Shapes) -> bool:
+        """Whether calls with `shapes` stay with the session's own plan for good: a build was tried for
+        them and dropped, and no general session exists (`session_for` would count nothing)."""
+        return shapes in self._settled and self.general is None and shapes not in self.sessions
+
     def session_for(self, shapes: Shapes) -> S | None:
         """The session for `shapes`: built for them (on the call that makes them recur), else the general
         one; None: the session's own plan serves them."""

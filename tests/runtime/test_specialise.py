@@ -103,6 +103,9 @@ def test_a_build_that_leaves_tvm_nothing_is_dropped(caplog):
     assert sess.session_for(feeds) is sess
     assert sum("every partition stays on" in r.getMessage() for r in caplog.records) == 1  # tried once
     assert_parity(out, ort_run(model, feeds))
+    assert sess._specialiser.settled(sess._shapes(feeds))  # onnxruntime is called on the feeds directly
+    with pytest.raises(nx.InputTypeMismatch, match="astype"):  # and what it refuses is still said our way
+        sess.run(None, {"x": feeds["x"].astype(np.float64)})
 
 
 def test_static_inputs_are_never_built_again(caplog):
