@@ -420,15 +420,47 @@ def _override(base: type, convert) -> type:
     return type(f"Nxrt{base.__name__}", (base,), impls)
 
 
+#: a Slice end at least this large means "to the end" (exporters write INT64_MAX)
+_TO_THE_END = 1 << 62
+
+
 class _Slice(onnx_frontend.Slice):
-    """TVM's Slice, never assuming symbolic bounds are inside the data (ONNX clamps them)."""
+    """TVM's Slice, never assuming symbolic bounds are inside the data (ONNX clamps them), and without
+    ends of INT64_MAX ("to the end", torch's `x[:, a:]`): an axis sliced whole is not sliced, another
+    of a static size ends at that size. TVM's bound analysis reads INT64_MAX as +infinity, and a
+    convolution over such a slice of a symbolic dim failed to build ("Check failed: y != kPosInf";
+    Silero VAD's STFT, bisected in every session)."""
 
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
         out = onnx_frontend.Slice._impl_v13.__func__(cls, bb, inputs, attr, params)
-        if isinstance(out, relax.Call) and out.op.name == "relax.strided_slice" and out.attrs.assume_inbound:
-            out = relax.op.strided_slice(*out.args, assume_inbound=False)
-        return out
+        if not (isinstance(out, relax.Call) and out.op.name == "relax.strided_slice"):
+            return out
+        data, axes, begin, end, strides = out.args
+        dims = _dims(data)
+        if dims is None or not all(isinstance(t, relax.Tuple) for t in (axes, begin, end)):
+            return relax.op.strided_slice(data, axes, begin, end, strides, assume_inbound=False)
+        steps = [1] * len(end.fields) if strides is None else [_int(s) for s in strides.fields]
+        kept = []  # (axis, begin, end, step) of the axes the slice changes
+        for axis, b, e, step in zip(axes.fields, begin.fields, end.fields, steps):
+            dim = dims[_int(axis)]
+            if (_int(e) or 0) >= _TO_THE_END and step == 1:
+                if _int(b) == 0:
+                    continue  # the whole axis
+                if isinstance(dim, tirx.IntImm):
+                    e = dim
+            kept.append((axis, b, e, step))
+        if not kept:
+            return data
+        axes_, begin_, end_, steps_ = zip(*kept)
+        return relax.op.strided_slice(
+            data, list(axes_), list(begin_), list(end_), None if strides is None else list(steps_)
+        )
+
+
+def _int(value: object) -> int | None:
+    """A constant integer (None where it is symbolic)."""
+    return int(value) if isinstance(value, tirx.IntImm) else None
 
 
 class _Cast(onnx_frontend.Cast):

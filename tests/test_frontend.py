@@ -71,6 +71,60 @@ def test_slice_with_a_symbolic_end_past_the_data_is_clamped(seq):
     np.testing.assert_array_equal(got, want)
 
 
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def _stft_slices() -> onnx.ModelProto:
+    """Silero VAD's STFT in small: a strided Conv over a signal of symbolic length, its 16 channels split
+    in halves by slices "to the end" (INT64_MAX) along every axis, magnitude, then a Conv over frames."""
+    rng = np.random.default_rng(0)
+
+    def sliced(x, axis, start, end, name):
+        return h.make_node("Slice", [x, start, end, axis], [name])
+
+    nodes = [
+        h.make_node("Unsqueeze", ["x", "ax1"], ["u"]),
+        h.make_node("Conv", ["u", "basis"], ["spec"], kernel_shape=[16], strides=[8]),
+        sliced("spec", "ax0", "b0", "end", "s0"),
+        sliced("s0", "ax1", "b0", "b8", "s1"),
+        sliced("s1", "ax2", "b0", "end", "s2"),
+        h.make_node("Cast", ["s2"], ["re"], to=T.FLOAT),
+        sliced("s0", "ax1", "b8", "end", "s3"),
+        sliced("s3", "ax2", "b0", "end", "s4"),
+        h.make_node("Cast", ["s4"], ["im"], to=T.FLOAT),
+        h.make_node("Pow", ["re", "two"], ["re2"]),
+        h.make_node("Pow", ["im", "two"], ["im2"]),
+        h.make_node("Add", ["re2", "im2"], ["power"]),
+        h.make_node("Sqrt", ["power"], ["mag"]),
+        h.make_node("Conv", ["mag", "w", "bias"], ["y"], kernel_shape=[3], pads=[1, 1]),
+    ]
+    ints = {"b0": 0, "b8": 8, "end": INT64_MAX, "ax0": 0, "ax1": 1, "ax2": 2}
+    inits = [
+        nh.from_array(rng.standard_normal((16, 1, 16)).astype(np.float32), "basis"),
+        nh.from_array(rng.standard_normal((4, 8, 3)).astype(np.float32), "w"),
+        nh.from_array(rng.standard_normal(4).astype(np.float32), "bias"),
+        nh.from_array(np.array(2.0, np.float32), "two"),
+        *(nh.from_array(np.array([v], np.int64), k) for k, v in ints.items()),
+    ]
+    return _model(
+        nodes,
+        [h.make_tensor_value_info("x", T.FLOAT, ["n", "samples"])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["n", 4, None])],
+        inits,
+    )
+
+
+@pytest.mark.parametrize("samples", [64, 200])
+def test_slices_to_int64_max_build_before_a_conv_over_a_symbolic_length(samples):
+    """TVM's bound analysis reads an INT64_MAX end as +infinity: the Conv after such a slice failed to
+    build ("Check failed: y != kPosInf") until ours drops a whole-axis slice and ends others at the dim."""
+    model = _stft_slices()
+    sess = nx.InferenceSession(model)
+    assert sess.plan.nodes_by_ep() == {TVM: 14}, sess.plan.format(sess.graph)
+    feeds = {"x": np.random.default_rng(samples).standard_normal((2, samples)).astype(np.float32)}
+    assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+
+
 def _position_gather() -> onnx.ModelProto:
     """Embedding rows for the first `seq` position ids of a 64-entry buffer, from a 32-row table: in range
     up to seq 32 only. The indices are computed from the input's shape and a constant."""
