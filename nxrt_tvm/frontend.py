@@ -18,8 +18,8 @@ unsafe on shapes that only the user's input decides:
 - `Range` over a size (`Range(0, seq, 1)`, position ids): TVM's length is a
   fresh var unrelated to `seq`, so `[batch, seq] + [len]` does not build; ours
   is an expression of `seq`.
-- `Add`, `Sub`, `Mul`, `Div`, `Pow`, `Where`, `Concat` with operand sizes
-  Relax cannot prove equal: a clamped size (`table[:seq]` is `min(seq, 64)`
+- `Add`, `Sub`, `Mul`, `Div`, `Pow`, `Where`, `Concat`, comparisons and
+  logic with operand sizes Relax cannot prove equal: a clamped size (`table[:seq]` is `min(seq, 64)`
   long) against `seq`, an upsampled map (`2 * ceil(h / 32)`) against a skip
   connection (`ceil(h / 16)`), `unk__24` against 384. The result's shape is
   unknown and the build fails; ours checks the sizes at run time, as
@@ -347,14 +347,16 @@ def _checked_as(bb: relax.BlockBuilder, data: relax.Expr, resolved: list, wide: 
     return bb.normalize(relax.call_tir(check, (data,), relax.TensorType(resolved, dtype)))
 
 
-def _sizes_resolved(base: type, broadcast: bool = True) -> type:
-    """`base`'s converter with operand sizes Relax cannot relate checked at run time (`_resolve_sizes`)."""
+def _sizes_resolved(base: type, broadcast: bool = True, op: str | None = None) -> type:
+    """`base`'s converter (of ONNX's `op`, by default its name) with operand sizes Relax cannot relate
+    checked at run time (`_resolve_sizes`)."""
+    node_op = op or base.__name__
 
     def convert(impl):
         @classmethod
         def _impl(cls, bb, inputs, attr, params):
             axis = None if broadcast else int(attr.get("axis", 0))
-            resolved = _resolve_sizes(bb, list(inputs), _describe(base.__name__, attr), broadcast, axis)
+            resolved = _resolve_sizes(bb, list(inputs), _describe(node_op, attr), broadcast, axis)
             return impl.__func__(cls, bb, resolved, attr, params)
 
         return _impl
@@ -461,6 +463,48 @@ class _Slice(onnx_frontend.Slice):
 def _int(value: object) -> int | None:
     """A constant integer (None where it is symbolic)."""
     return int(value) if isinstance(value, tirx.IntImm) else None
+
+
+#: elementwise comparisons and logic, which broadcast as Add does (jax2tf's one-hot: Equal of an iota
+#: and the labels, sizes Relax cannot relate)
+_COMPARISONS = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor")
+
+
+class _Concat(onnx_frontend.Concat):
+    """TVM's Concat, taking a shape value among integer tensors: our Cast keeps a shape a shape across an
+    integer cast, and jax2tf concatenates one with int32 constants into a Reshape's shape (Magika's
+    BroadcastTo), which TVM's Concat refuses ("expects the input to be a Tuple of Tensors"). With
+    constant vectors the result is a shape value too (what a Reshape needs); with computed tensors, a
+    tensor of their dtype."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        if not any(isinstance(x, relax.ShapeExpr) for x in inputs):
+            return onnx_frontend.Concat._impl_v13.__func__(cls, bb, inputs, attr, params)
+        if all(isinstance(x, relax.ShapeExpr) or _int_vector(x) is not None for x in inputs):
+            values = []
+            for x in inputs:
+                values.extend(x.values if isinstance(x, relax.ShapeExpr) else _int_vector(x))
+            return relax.ShapeExpr(values)
+        dtype = next(x.ty.dtype for x in inputs if not isinstance(x, relax.ShapeExpr))
+        tensors = [
+            bb.normalize(relax.op.astype(relax.op.shape_to_tensor(x), dtype))
+            if isinstance(x, relax.ShapeExpr)
+            else x
+            for x in inputs
+        ]
+        return onnx_frontend.Concat._impl_v13.__func__(cls, bb, tensors, attr, params)
+
+
+def _int_vector(x: relax.Expr) -> list[int] | None:
+    """A 1-D integer constant's values (None for anything else)."""
+    if (
+        not isinstance(x, tvm.ir.GenericConst)
+        or x.ty.ndim != 1
+        or not str(x.ty.dtype).startswith(("int", "uint"))
+    ):
+        return None
+    return [int(v) for v in x.value.numpy()]
 
 
 class _Cast(onnx_frontend.Cast):
@@ -791,9 +835,10 @@ _OVERRIDES: dict[str, type] = {
     **{op: _guarded_nd(getattr(onnx_frontend, op), op) for op in ("GatherND", "ScatterND")},
     **{op: _pairwise(getattr(onnx_frontend, op)) for op in ("Max", "Min", "Sum", "Mean")},
     **{
-        op: _sizes_resolved(getattr(onnx_frontend, op)) for op in ("Add", "Sub", "Mul", "Div", "Pow", "Where")
+        op: _sizes_resolved(getattr(onnx_frontend, op))
+        for op in ("Add", "Sub", "Mul", "Div", "Pow", "Where", *_COMPARISONS)
     },
-    "Concat": _sizes_resolved(onnx_frontend.Concat, broadcast=False),
+    "Concat": _sizes_resolved(_Concat, broadcast=False, op="Concat"),
 }
 
 

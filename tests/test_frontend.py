@@ -317,6 +317,7 @@ def test_the_convert_map_is_tvms_with_our_overrides():
         "Slice",
         "Range",
         *("Add", "Sub", "Mul", "Div", "Pow", "Where"),
+        *("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"),
         "BitShift",
         "MatMulInteger",
         "Gather",
@@ -579,6 +580,77 @@ def test_a_shape_cast_to_int32_and_back_stays_a_shape():
     for n in (1, 5):
         feeds = {"x": np.random.default_rng(n).standard_normal((n, 3, 4)).astype(np.float32)}
         assert_parity(sess.run(None, feeds), ort_run(model, feeds), atol=0)
+
+
+def _jax2tf_shapes(computed: bool) -> onnx.ModelProto:
+    """jax2tf's way to a Reshape's shape: Shape -> Slice -> Cast int32 -> Concat with int32 vectors ->
+    Cast int64; x [n, 12] to [n, 3, 4]. `computed`: the vector is computed from a feed (Abs), so the
+    Concat is of tensors, its result the output."""
+    nodes = [
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Slice", ["s", "zero", "one"], ["n64"]),
+        h.make_node("Cast", ["n64"], ["n"], to=T.INT32),
+    ]
+    inits = [
+        nh.from_array(np.array([0], np.int64), "zero"),
+        nh.from_array(np.array([1], np.int64), "one"),
+        nh.from_array(np.array([3, 4], np.int32), "rest"),
+    ]
+    if computed:
+        nodes += [
+            h.make_node("Abs", ["k"], ["rest2"]),
+            h.make_node("Concat", ["n", "rest2"], ["y"], axis=0),
+        ]
+        inputs = [
+            h.make_tensor_value_info("x", T.FLOAT, ["n", 12]),
+            h.make_tensor_value_info("k", T.INT32, [2]),
+        ]
+        return _model(nodes, inputs, [h.make_tensor_value_info("y", T.INT32, [3])], inits)
+    nodes += [
+        h.make_node("Concat", ["n", "rest"], ["shape32"], axis=0),
+        h.make_node("Cast", ["shape32"], ["shape"], to=T.INT64),
+        h.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    inputs = [h.make_tensor_value_info("x", T.FLOAT, ["n", 12])]
+    return _model(nodes, inputs, [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["into-a-reshape", "with-a-computed-vector"])
+def test_a_shape_concatenated_with_int32_vectors_builds(computed):
+    """TVM's Concat refused a shape value among int32 tensors ("expects the input to be a Tuple of
+    Tensors": Magika's BroadcastTo shapes, bisected in its symbolic build). With constants it is a shape
+    (what the Reshape needs); with a computed vector, a tensor."""
+    model = _jax2tf_shapes(computed)
+    sess = nx.InferenceSession(model, providers=ALL_TVM)
+    assert not sess.plan.declines and len(sess.plan.partitions) == 1, sess.plan.format(sess.graph)
+    for n in (1, 5):
+        feeds = {"x": np.random.default_rng(n).standard_normal((n, 12)).astype(np.float32)}
+        if computed:
+            feeds["k"] = np.array([-3, 4], np.int32)
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds), atol=0)
+
+
+@pytest.mark.parametrize("op", ["Equal", "Less", "Or"])
+def test_comparisons_of_sizes_neither_side_decides_build_and_broadcast(op):
+    """jax2tf's one-hot compares an iota [n] with labels [m]: Relax cannot tell the result's size, and
+    the build failed; ours checks the sizes when it runs, as Add's (onnxruntime's rules)."""
+    dtype, np_dtype = (T.BOOL, np.bool_) if op == "Or" else (T.INT32, np.int32)
+    model = _model(
+        [h.make_node(op, ["x", "y"], ["z"], name="compare")],
+        [h.make_tensor_value_info("x", dtype, ["n"]), h.make_tensor_value_info("y", dtype, ["m"])],
+        [h.make_tensor_value_info("z", T.BOOL, [None])],
+    )
+    sess = nx.InferenceSession(model, providers=ALL_TVM)
+    assert not sess.plan.declines and len(sess.plan.partitions) == 1, sess.plan.format(sess.graph)
+    rng = np.random.default_rng(8)
+    for n, m in [(3, 3), (1, 4), (4, 1)]:
+        feeds = {"x": rng.integers(0, 2, n).astype(np_dtype), "y": rng.integers(0, 2, m).astype(np_dtype)}
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds), atol=0)
+    bad = {"x": np.ones(2, np_dtype), "y": np.ones(3, np_dtype)}
+    with pytest.raises(Exception):
+        ort_run(model, bad)
+    with pytest.raises(nx.KernelFailed, match=f"nxrt-size-check: {op} node 'compare'"):
+        sess.run(None, bad)
 
 
 def test_a_squeezed_symbolic_axis_is_checked_to_be_one_when_it_runs():

@@ -23,11 +23,12 @@ from ..graph.extract import extract_model
 from ..graph.model import GraphView, ValueInfo
 from ..timing import phase
 from .pipeline import Lowering, lowering_pipeline
-from .strict import take_failure
+from .strict import own_failure, raised_by_us, take_failure
 from .tir_pipeline import tir_pipeline_for
 
 __all__ = [
     "partition_model",
+    "imported",
     "weight_names",
     "locate_failure",
     "build_executable",
@@ -123,13 +124,26 @@ def partition_model(
     return extract_model(graph, nodes, inputs, outputs, name, input_infos=named, exclude_initializers=weights)
 
 
+def imported(model: onnx.ModelProto) -> tvm.IRModule:
+    """`frontend.import_onnx`, where a failure inside one of our converters (the innermost frame ours) is
+    our bug (`strict.own_failure`: raised in strict mode, a warning then a decline otherwise), not a model
+    TVM cannot import: a converter that raised AttributeError was taken for a decline before."""
+    try:
+        return import_onnx(model)
+    except CompileFailed as exc:
+        if exc.__cause__ is not None and raised_by_us(exc.__cause__):
+            where = f"an ONNX converter of nxrt_tvm.frontend (partition {model.graph.name!r})"
+            own_failure(where, exc.__cause__)
+        raise
+
+
 def check_shapes(graph: GraphView, nodes: Sequence[int], name: str) -> None:
     """Import a node set and raise `CompileFailed` where Relax loses a tensor's shape (or the import itself
     fails): a binding of unknown shape is not legalised, so its build fails ("CodeGenVM cannot emit this
     Relax operator directly"). Costs an import, not a build: `PartitionBuilder.prove` bisects such
     failures with it (ppocr_det_v4: 29 builds, 81 of 116 s, for 5 culprits)."""
     try:
-        mod = import_onnx(partition_model(graph, nodes, name))
+        mod = imported(partition_model(graph, nodes, name))
     except CompileFailed:
         raise
     except Exception as exc:  # the frontend's converters raise what they raise
@@ -273,7 +287,7 @@ def compile_partition(
             with phase("extract"):
                 model = partition_model(graph, nodes, name, weights)
             with phase("relax import"):
-                mod = import_onnx(model)
+                mod = imported(model)
             return build_executable(mod, target, lowering, variants, codegen, constants)
         except CompileFailed as exc:
             message = str(exc)  # keep the text only: the traceback pins TVM objects that log when freed

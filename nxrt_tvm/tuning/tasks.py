@@ -14,9 +14,8 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 from ..api.claim import SubgraphClaim
-from ..frontend import import_onnx
 from ..graph.model import GraphView
-from ..lower.build import partition_model
+from ..lower.build import imported, partition_model
 from ..lower.pipeline import Lowering, fusion_passes
 
 __all__ = ["TuningTask", "extract_tasks", "fuse", "has_reduction"]
@@ -60,7 +59,7 @@ def extract_tasks(
     skipped: list[str] = []
     movement: list[str] = []
     for graph, claim in partitions:
-        fused = fuse(import_onnx(partition_model(graph, claim.nodes, claim.name)), target, lowering)
+        fused = fuse(imported(partition_model(graph, claim.nodes, claim.name)), target, lowering)
         for extracted in ms.relax_integration.extract_tasks(fused, target):
             if extracted.mod.attrs is not None and extracted.mod.attrs.get("tirx.is_scheduled", False):
                 continue

@@ -9,9 +9,13 @@ import model_zoo
 import numpy as np
 import pytest
 from conftest import assert_parity, ort_run
+from onnx import TensorProto
+from onnx import helper as h
+from onnx import numpy_helper as nh
 from tvm import relax
 
 import nxrt_tvm as nx
+from nxrt_tvm import frontend
 from nxrt_tvm.lower import fold_constants, precision, strict
 from nxrt_tvm.lower.schedules import matmul
 from nxrt_tvm.runtime import artifact
@@ -122,3 +126,40 @@ def test_a_bug_of_ours_in_the_build_process_raises_in_strict_mode(monkeypatch):
     monkeypatch.setattr(artifact, "_ALIGN", 0)  # the packer's own arithmetic fails
     with pytest.raises(nx.InternalError, match=r"nxrt-tvm bug: ZeroDivisionError"):
         nx.InferenceSession(model_zoo.mlp(batch=4))
+
+
+def _break_slice_converter(monkeypatch):
+    """Our Slice converter's own code fails (a comparison with None): a bug, not a model TVM cannot
+    import."""
+    monkeypatch.setattr(frontend, "_TO_THE_END", None)
+
+
+def _slice_model():
+    ends = [nh.from_array(np.array([v], np.int64), k) for k, v in (("zero", 0), ("two", 2), ("ax", 1))]
+    graph = h.make_graph(
+        [h.make_node("Slice", ["x", "zero", "two", "ax"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+        ends,
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("isolation", ["none", "process"])
+def test_converter_bug_raises_in_strict_mode(monkeypatch, isolation):
+    _break_slice_converter(monkeypatch)
+    with pytest.raises(nx.InternalError, match=r"ONNX converter of nxrt_tvm.frontend.*TypeError"):
+        nx.InferenceSession(_slice_model(), provider_options=[{"compile_isolation": isolation}, {}])
+
+
+def test_converter_bug_is_a_warning_and_a_decline_in_normal_use(monkeypatch, caplog):
+    monkeypatch.setenv(strict.STRICT_ENV, "0")
+    _break_slice_converter(monkeypatch)
+    model = _slice_model()
+    with caplog.at_level(logging.WARNING, logger="nxrt_tvm.lower.strict"):
+        sess = nx.InferenceSession(model, provider_options=OPTIONS)
+    assert "ONNX converter of nxrt_tvm.frontend" in caplog.text and "TypeError" in caplog.text
+    assert sess.plan.nodes_by_ep() == {"CPUExecutionProvider": 1}
+    x = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
+    assert_parity(sess.run(None, x), ort_run(model, x))
