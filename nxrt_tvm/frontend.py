@@ -422,16 +422,20 @@ def _override(base: type, convert) -> type:
     return type(f"Nxrt{base.__name__}", (base,), impls)
 
 
-#: a Slice end at least this large means "to the end" (exporters write INT64_MAX)
-_TO_THE_END = 1 << 62
+#: a Slice end at least this large means "to the end": torch writes INT64_MAX, tf2onnx INT32_MAX, jax2tf
+#: 10**9 for its masked slices. A symbolic axis is taken to be shorter (10**9 float32 elements on one axis
+#: are 4 GB); a static one is compared.
+_TO_THE_END = 10**9
 
 
 class _Slice(onnx_frontend.Slice):
     """TVM's Slice, never assuming symbolic bounds are inside the data (ONNX clamps them), and without
-    ends of INT64_MAX ("to the end", torch's `x[:, a:]`): an axis sliced whole is not sliced, another
-    of a static size ends at that size. TVM's bound analysis reads INT64_MAX as +infinity, and a
+    ends that mean "to the end" (`_TO_THE_END`; torch's `x[:, a:]`): an axis sliced whole is not sliced,
+    another of a static size ends at that size. TVM's bound analysis reads INT64_MAX as +infinity, and a
     convolution over such a slice of a symbolic dim failed to build ("Check failed: y != kPosInf";
-    Silero VAD's STFT, bisected in every session)."""
+    Silero VAD's STFT, bisected in every session); an INT32_MAX end left a symbolic batch as
+    `min(2147483647, n)`, which FuseTIR then found in two forms for one tensor ("Inconsistent buffers
+    ... mapped to the same relax var"; Magika's GELU, bisected in its symbolic build)."""
 
     @classmethod
     def _impl_v13(cls, bb, inputs, attr, params):
@@ -445,11 +449,12 @@ class _Slice(onnx_frontend.Slice):
         steps = [1] * len(end.fields) if strides is None else [_int(s) for s in strides.fields]
         kept = []  # (axis, begin, end, step) of the axes the slice changes
         for axis, b, e, step in zip(axes.fields, begin.fields, end.fields, steps):
-            dim = dims[_int(axis)]
-            if (_int(e) or 0) >= _TO_THE_END and step == 1:
+            dim, last = dims[_int(axis)], _int(e)
+            static = isinstance(dim, tirx.IntImm)
+            if last is not None and last >= _TO_THE_END and step == 1 and not (static and int(dim) > last):
                 if _int(b) == 0:
                     continue  # the whole axis
-                if isinstance(dim, tirx.IntImm):
+                if static:
                     e = dim
             kept.append((axis, b, e, step))
         if not kept:

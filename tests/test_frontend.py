@@ -125,6 +125,65 @@ def test_slices_to_int64_max_build_before_a_conv_over_a_symbolic_length(samples)
     assert_parity(sess.run(None, feeds), ort_run(model, feeds))
 
 
+def _jax2tf_conv_gelu() -> onnx.ModelProto:
+    """Magika's conv block as jax2tf writes it: slices "to the end" as ends of 10**9 (masked) and of
+    INT32_MAX around a Conv over a symbolic batch, then a tanh GELU and a max over positions."""
+    rng = np.random.default_rng(1)
+    ints = {
+        "b4": [0, 0, 0, 0],
+        "e_masked": [10**9] * 4,
+        "ax_masked": [0, 2, 1, 3],
+        "one4": [1, 1, 1, 1],
+        "e_int32": [2**31 - 1, 2**31 - 1, 2**31 - 1, 1],
+        "ax4": [0, 1, 2, 3],
+        "ax3": [3],
+    }
+    floats = {"c": 0.044715, "k": 0.7978846, "one": 1.0, "half": 0.5}
+    nodes = [
+        h.make_node("Unsqueeze", ["x", "ax3"], ["u"]),
+        h.make_node("Slice", ["u", "b4", "e_masked", "ax_masked", "one4"], ["s"]),
+        h.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 1, 3]),
+        h.make_node("Conv", ["t", "w"], ["conv"], kernel_shape=[3, 1]),
+        h.make_node("Slice", ["conv", "b4", "e_int32", "ax4"], ["s2"]),
+        h.make_node("Squeeze", ["s2", "ax3"], ["sq"]),
+        h.make_node("Add", ["sq", "bias"], ["v"]),
+        h.make_node("Mul", ["c", "v"], ["g0"]),
+        h.make_node("Mul", ["v", "g0"], ["g1"]),
+        h.make_node("Mul", ["v", "g1"], ["g2"]),
+        h.make_node("Add", ["v", "g2"], ["g3"]),
+        h.make_node("Mul", ["k", "g3"], ["g4"]),
+        h.make_node("Tanh", ["g4"], ["g5"]),
+        h.make_node("Add", ["one", "g5"], ["g6"]),
+        h.make_node("Mul", ["half", "g6"], ["g7"]),
+        h.make_node("Mul", ["v", "g7"], ["gelu"]),
+        h.make_node("GlobalMaxPool", ["gelu"], ["y"]),
+    ]
+    inits = [
+        nh.from_array(rng.standard_normal((8, 6, 3, 1)).astype(np.float32), "w"),
+        nh.from_array(rng.standard_normal((1, 8, 1)).astype(np.float32), "bias"),
+        *(nh.from_array(np.array(v, np.int64), k) for k, v in ints.items()),
+        *(nh.from_array(np.array(v, np.float32), k) for k, v in floats.items()),
+    ]
+    return _model(
+        nodes,
+        [h.make_tensor_value_info("x", T.FLOAT, ["n", 10, 6])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["n", 8, 1])],
+        inits,
+    )
+
+
+def test_jax2tf_ends_of_int32_max_and_a_billion_build_before_a_gelu_over_a_symbolic_batch():
+    """An INT32_MAX or 10**9 end left the batch as `min(2147483647, n)`, which FuseTIR then met in two
+    forms for one tensor ("Inconsistent buffers ... mapped to the same relax var"): Magika's symbolic
+    build bisected its GELU's Tanh out. A whole-axis slice is now no slice."""
+    model = _jax2tf_conv_gelu()
+    sess = nx.InferenceSession(model)
+    assert sess.plan.nodes_by_ep() == {TVM: 17}, sess.plan.format(sess.graph)
+    for n in (1, 3):
+        feeds = {"x": np.random.default_rng(n).standard_normal((n, 10, 6)).astype(np.float32)}
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+
+
 def _position_gather() -> onnx.ModelProto:
     """Embedding rows for the first `seq` position ids of a 64-entry buffer, from a 32-row table: in range
     up to seq 32 only. The indices are computed from the input's shape and a constant."""
