@@ -194,6 +194,20 @@ def conv3x3(seed: int = 0) -> onnx.ModelProto:
     return _model(graph)
 
 
+def elementwise_chain(shape=(1024, 1024)) -> onnx.ModelProto:
+    """8 x (Tanh, Mul by the input) over `shape`: onnxruntime makes 16 passes over memory, TVM fuses one,
+    so the default claim policy keeps it on TVM (where no symbolic dim is a leading one, measured at 1)."""
+    nodes, y = [], "x"
+    for k in range(8):
+        nodes += [
+            helper.make_node("Tanh", [y], [f"t{k}"]),
+            helper.make_node("Mul", [f"t{k}", "x"], [f"m{k}"]),
+        ]
+        y = f"m{k}"
+    graph = helper.make_graph(nodes, "chain", [_vi("x", list(shape))], [_vi(y, list(shape))])
+    return _model(graph, opset=17)
+
+
 def cycle_trap() -> onnx.ModelProto:
     """A = Relu(x); X = LpNormalization(A) (not in TVM's frontend); B = Add(A, X); y = Sigmoid(B).
 

@@ -57,36 +57,18 @@ def test_the_default_leaves_a_slower_partition_to_onnxruntime_and_says_why(defau
     assert_parity(sess.run(None, {"x": x}), ort_run(_matmul(), {"x": x}))
 
 
-def _elementwise_chain():
-    """16 elementwise ops on a 1M-element map: onnxruntime makes 16 passes over memory, TVM fuses one."""
-    nodes, y = [], "x"
-    for k in range(8):
-        nodes += [
-            helper.make_node("Tanh", [y], [f"t{k}"]),
-            helper.make_node("Mul", [f"t{k}", "x"], [f"m{k}"]),
-        ]
-        y = f"m{k}"
-    graph = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024, 1024])],
-        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1024, 1024])],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_the_default_keeps_a_partition_tvm_runs_faster(default_policy, monkeypatch):
     timed = []
     real = measure._ort_seconds
     monkeypatch.setattr(measure, "_ort_seconds", lambda *args: timed.append(1) or real(*args))
-    sess = nx.InferenceSession(_elementwise_chain())
+    sess = nx.InferenceSession(model_zoo.elementwise_chain())
     assert len(timed) == 1  # once, before the build: its measurement after the build reuses the timing
     (part,) = sess.plan.partitions
     assert str(part.ep) == TVM, sess.plan.declines
     assert part.cost.latency_us is not None and part.cost.latency_us > 0
     assert part.cost.source.startswith("measured; onnxruntime alone ")
     x = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)
-    assert_parity(sess.run(None, {"x": x}), ort_run(_elementwise_chain(), {"x": x}))
+    assert_parity(sess.run(None, {"x": x}), ort_run(model_zoo.elementwise_chain(), {"x": x}))
 
 
 def test_symbolic_dims_are_measured_at_representative_sizes(default_policy):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import model_zoo
 import numpy as np
 import onnx
 import pytest
@@ -155,23 +156,10 @@ def test_the_specialiser_builds_the_general_plan_once_shapes_vary():
 
 
 def _chain(cols) -> onnx.ModelProto:
-    """8 x (Tanh, Mul) over [256, cols]: onnxruntime makes 16 passes over memory, TVM fuses one, so
-    claim_policy='auto' keeps it on TVM (symbolic: 12.5 against 25.3 us at cols=32, 260 against 386 us at
-    256; a symbolic leading dim would be measured at 1, where TVM loses)."""
-    nodes, y = [], "x"
-    for k in range(8):
-        nodes += [
-            helper.make_node("Tanh", [y], [f"t{k}"]),
-            helper.make_node("Mul", [f"t{k}", "x"], [f"m{k}"]),
-        ]
-        y = f"m{k}"
-    graph = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, cols])],
-        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [256, cols])],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    """The elementwise chain over [256, cols], kept on TVM by claim_policy='auto' (symbolic: 12.5 against
+    25.3 us at cols=32, 260 against 386 us at 256; a symbolic leading dim would be measured at 1, where
+    TVM loses)."""
+    return model_zoo.elementwise_chain((256, cols))
 
 
 def _cols(n: int) -> dict[str, np.ndarray]:
