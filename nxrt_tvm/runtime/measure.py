@@ -50,8 +50,7 @@ __all__ = [
     "PartitionTiming",
     "REPRESENTATIVE_SIZES",
     "measure_partition",
-    "OrtAlone",
-    "ort_alone",
+    "ort_alone_us",
     "ort_run_floor_us",
     "representative_inputs",
 ]
@@ -89,20 +88,6 @@ class PartitionTiming:
         ):
             return None
         return cls(float(tvm_us), float(ort_us), float(floor_us), sizes)
-
-
-@dataclass(frozen=True)
-class OrtAlone:
-    """onnxruntime timed on a partition as a model of its own (`ort_alone`): seconds per run (its run
-    floor included), at the sizes its symbolic dims got (`other` for the non-batch ones)."""
-
-    seconds: float
-    sizes: str
-    other: int
-
-    @property
-    def us(self) -> float:
-        return 1e6 * self.seconds
 
 
 def _size(dim: str | None, other: int, leading: bool) -> int:
@@ -171,21 +156,13 @@ def ort_run_floor_us() -> float:
 
 
 def measure_partition(
-    graph: GraphView,
-    nodes: Sequence[int],
-    name: str,
-    library: Library,
-    budget_s: float,
-    threads: int = 0,
-    alone_timed: OrtAlone | None = None,
+    graph: GraphView, nodes: Sequence[int], name: str, library: Library, budget_s: float, threads: int = 0
 ) -> PartitionTiming | None:
     """The partition timed on random inputs; None where it cannot be (an unknown rank or type, or a
     partition onnxruntime cannot run alone at representative sizes). With symbolic dims, the timing at
     the representative size or at `REPRESENTATIVE_SIZES["large"]`, whichever TVM is slower at against
     onnxruntime (a text detector's symbolic convs beat onnxruntime on 32 x 32 maps and lost on 480 x 480).
-    Both run on `threads` threads (0: all), the session's `intra_op_num_threads`. `alone_timed`: onnxruntime
-    already timed at its first sizes (`ort_alone`, before the build), not timed again (a second session
-    and its runs: 1 s of VGG-19's 9 s ready time)."""
+    Both run on `threads` threads (0: all), the session's `intra_op_num_threads`."""
     inputs, outputs = graph.boundary(nodes)
     alone = partition_for_ort(graph, nodes, inputs, outputs, name)  # as the fallback runs it
     large = None
@@ -199,10 +176,10 @@ def measure_partition(
         large = large if twice else None
         return budget_s / (4 if twice else 2)
 
-    first = _first_accepted(graph, inputs, alone, threads, share, alone_timed)
+    first = _first_accepted(graph, inputs, alone, threads, share)
     if first is None:
         return None
-    arrays, sizes, ort_s, share_s, _ = first
+    arrays, sizes, ort_s, share_s = first
     kernel = TvmKernel(
         library,
         DeviceId(DeviceType.CPU, 0),
@@ -227,16 +204,16 @@ def measure_partition(
     return timing
 
 
-def ort_alone(
+def ort_alone_us(
     graph: GraphView, nodes: Sequence[int], name: str, budget_s: float, threads: int = 0
-) -> OrtAlone | None:
-    """onnxruntime timed on the partition as a model of its own, at the first representative sizes it
-    accepts; None where it cannot run it alone. What a partition must beat before it is worth building
-    (`providers.tvm.cost.cannot_win`), and `measure_partition`'s onnxruntime side once it is built."""
+) -> tuple[float, str] | None:
+    """onnxruntime's time per run (us, its run floor included) on the partition as a model of its own, at
+    the first representative sizes it accepts, and those sizes; None where it cannot run it alone. What a
+    partition must beat before it is worth building (`providers.tvm.cost.cannot_win`)."""
     inputs, outputs = graph.boundary(nodes)
     alone = partition_for_ort(graph, nodes, inputs, outputs, name)
     first = _first_accepted(graph, inputs, alone, threads, lambda _sizes, _other: budget_s)
-    return None if first is None else OrtAlone(first[2], first[1], first[4])
+    return None if first is None else (1e6 * first[2], first[1])
 
 
 def _first_accepted(
@@ -245,22 +222,18 @@ def _first_accepted(
     alone: tuple[onnx.ModelProto, Mapping[str, ort.OrtValue]],
     threads: int,
     share: Callable[[str, int], float],
-    timed: OrtAlone | None = None,
-) -> tuple[list[np.ndarray], str, float, float, int] | None:
-    """Inputs at the first representative size onnxruntime accepts, their sizes, its seconds on them, the
-    budget `share(sizes, other)` gave it and `other`; None where it accepts none (or a rank or type is
-    unknown). `timed`: those sizes and seconds, found before (the same inputs are made again)."""
-    for other in REPRESENTATIVE_SIZES["other"] if timed is None else [timed.other]:
+) -> tuple[list[np.ndarray], str, float, float] | None:
+    """Inputs at the first representative size onnxruntime accepts, their sizes, its seconds on them and
+    the budget `share(sizes, other)` gave it; None where it accepts none (or a rank or type is unknown)."""
+    for other in REPRESENTATIVE_SIZES["other"]:
         made = _inputs(graph, inputs, other)
         if made is None:
             return None
         arrays, sizes = made
         budget_s = share(sizes, other)
-        if timed is not None:
-            return arrays, sizes, timed.seconds, budget_s, other
         ort_s = _ort_seconds(alone, dict(zip(inputs, arrays)), budget_s, threads)
         if ort_s is not None:
-            return arrays, sizes, ort_s, budget_s, other
+            return arrays, sizes, ort_s, budget_s
         if not sizes:
             return None  # static shapes: other sizes change nothing
     return None

@@ -12,7 +12,7 @@ the compile cache, so the choice does not flip with timing noise from one sessio
 from __future__ import annotations
 
 from ...api.claim import Cost, DeclineSignal, Rejected
-from ...runtime.measure import OrtAlone, PartitionTiming
+from ...runtime.measure import PartitionTiming
 
 __all__ = ["CLAIM_POLICIES", "COST_MARGIN", "SPLIT_US", "judge_cost", "cannot_win"]
 
@@ -30,14 +30,14 @@ SPLIT_US = 15.0
 
 
 def cannot_win(
-    policy: str, nodes: int, alone: OrtAlone, floor_us: float, whole: bool
+    policy: str, nodes: int, ort_alone: tuple[float, str], floor_us: float, whole: bool
 ) -> DeclineSignal | None:
     """A decline, before any build, for a partition onnxruntime runs alone faster than a TVM call could
     cost: a call into a TVM kernel costs at least onnxruntime's own per-run floor (measured: 4.3-4.4 us
     for one-node TVM partitions against a 3.2 us floor), so `judge_cost` would decline it whatever TVM
     measured. Silero VAD's and Magika's few-node partitions were each compiled (0.2-1 s, bisected where
     they failed) to be declined this way."""
-    ort_us, sizes = alone.us, alone.sizes
+    ort_us, sizes = ort_alone
     if policy == "auto":
         split = 0.0 if whole else SPLIT_US
         least = floor_us * (1 + COST_MARGIN) + split

@@ -29,7 +29,7 @@ from ...partition.tvm_rules import FUNCTION_OPS, check_group, check_node
 from ...runtime.artifact import Library
 from ...runtime.dispatch import SizeDispatchKernel
 from ...runtime.kernel import TvmKernel
-from ...runtime.measure import OrtAlone, measure_partition, ort_alone, ort_run_floor_us
+from ...runtime.measure import measure_partition, ort_alone_us, ort_run_floor_us
 from ...timing import phase
 from .builder import PartitionBuilder
 from .context import context_of, kernel_of
@@ -63,8 +63,6 @@ class TvmExecutionProvider(ExecutionProvider):
         )
         self.builder = PartitionBuilder(self.options, self.lowering, self.device)
         self.weights = DeviceWeights(self.device)
-        #: (partition, threads) -> onnxruntime timed on it before its build (`_hopeless`), for `_cost`
-        self._ort_timed: dict[tuple[str, int], OrtAlone] = {}
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> TvmExecutionProvider:
@@ -186,10 +184,9 @@ class TvmExecutionProvider(ExecutionProvider):
             return {}
         name, threads = partition_name(graph, group, "tvm"), self.config.intra_op_num_threads
         with phase("measure against onnxruntime"):
-            alone = ort_alone(graph, group, name, self.options.cost_budget_s / 4, threads)
+            alone = ort_alone_us(graph, group, name, self.options.cost_budget_s / 4, threads)
         if alone is None:
             return {}
-        self._ort_timed[name, threads] = alone  # `_cost` takes it up once the partition is built
         whole = len(group) + sum(len(t) for t in taken) >= len(graph.nodes)
         signal = cannot_win(self.options.claim_policy, len(group), alone, ort_run_floor_us(), whole)
         return {} if signal is None else {i: signal for i in group}
@@ -204,8 +201,8 @@ class TvmExecutionProvider(ExecutionProvider):
             library = self.builder.library(name)
             if library is not None:
                 with phase("measure against onnxruntime"):
-                    budget, timed = self.options.cost_budget_s, self._ort_timed.pop((name, threads), None)
-                    timing = measure_partition(graph, group, name, library, budget, threads, timed)
+                    budget = self.options.cost_budget_s
+                    timing = measure_partition(graph, group, name, library, budget, threads)
                 self.builder.remember_timing(name, timing, threads)
         costs[group], slower = judge_cost(self.options.claim_policy, len(group), timing, remembered, whole)
         return slower
