@@ -24,6 +24,7 @@ is reported unmeasured, before TVM code ever sees them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -51,6 +52,7 @@ __all__ = [
     "REPRESENTATIVE_SIZES",
     "measure_partition",
     "ort_alone_us",
+    "writes_much",
     "ort_run_floor_us",
     "representative_inputs",
 ]
@@ -202,6 +204,24 @@ def measure_partition(
         if at_large.tvm_us * max(timing.ort_us, 1e-3) > timing.tvm_us * max(at_large.ort_us, 1e-3):
             timing = at_large
     return timing
+
+
+#: elements of one value that no partition writes in the few microseconds `providers.tvm.cost.cannot_win`
+#: looks for (8 MB of float32 take 40 us at 200 GB/s, twice its bar)
+MUCH_ELEMENTS = 1 << 21
+
+
+def writes_much(graph: GraphView, nodes: Sequence[int]) -> bool:
+    """Whether a node of `nodes` writes a value of static shape with `MUCH_ELEMENTS` or more: onnxruntime
+    need not be timed on the partition before its build to know it takes longer than a TVM call's floor
+    (a session over VGG-19 and runs of 80 ms: about 1 s of its ready time)."""
+    for i in nodes:
+        for name in graph.nodes[i].output:
+            shape = graph.info(name).shape
+            static = shape is not None and all(isinstance(d, int) for d in shape)
+            if static and math.prod(shape) >= MUCH_ELEMENTS:
+                return True
+    return False
 
 
 def ort_alone_us(

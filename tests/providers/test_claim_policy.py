@@ -14,6 +14,7 @@ import nxrt_tvm as nx
 from nxrt_tvm.epcontext.cache import CompileCache
 from nxrt_tvm.graph.model import GraphView, load_model
 from nxrt_tvm.providers.tvm import builder
+from nxrt_tvm.providers.tvm import provider as tvm_provider
 from nxrt_tvm.providers.tvm.options import CLAIM_POLICY_ENV
 from nxrt_tvm.runtime.measure import REPRESENTATIVE_SIZES, _inputs
 
@@ -64,6 +65,18 @@ def test_the_default_keeps_a_partition_tvm_runs_faster(default_policy):
     assert part.cost.source.startswith("measured; onnxruntime alone ")
     x = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)
     assert_parity(sess.run(None, {"x": x}), ort_run(model_zoo.elementwise_chain(), {"x": x}))
+
+
+def test_a_partition_writing_megabytes_is_not_timed_before_its_build(default_policy, monkeypatch):
+    """A value of 2M floats takes longer to write than a TVM call's floor: onnxruntime need not be timed to
+    know it cannot win before the build (the pre-build timing is for few-microsecond partitions)."""
+    timed = []
+    real = tvm_provider.ort_alone_us
+    monkeypatch.setattr(tvm_provider, "ort_alone_us", lambda *args: timed.append(args) or real(*args))
+    nx.InferenceSession(model_zoo.elementwise_chain((2048, 1024)))
+    assert timed == []
+    nx.InferenceSession(model_zoo.elementwise_chain((64, 64)))
+    assert len(timed) == 1  # a small one is
 
 
 def test_symbolic_dims_are_measured_at_representative_sizes(default_policy):

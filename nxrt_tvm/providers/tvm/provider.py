@@ -29,7 +29,7 @@ from ...partition.tvm_rules import FUNCTION_OPS, check_group, check_node
 from ...runtime.artifact import Library
 from ...runtime.dispatch import SizeDispatchKernel
 from ...runtime.kernel import TvmKernel
-from ...runtime.measure import measure_partition, ort_alone_us, ort_run_floor_us
+from ...runtime.measure import measure_partition, ort_alone_us, ort_run_floor_us, writes_much
 from ...timing import phase
 from .builder import PartitionBuilder
 from .context import context_of, kernel_of
@@ -180,7 +180,7 @@ class TvmExecutionProvider(ExecutionProvider):
     ) -> dict[int, DeclineSignal]:
         """Each node of a partition the claim policy would decline whatever TVM measured (`cannot_win`),
         found before building it; none where it may win or is not judged by timing."""
-        if not self.judges_by_speed():
+        if not self.judges_by_speed() or writes_much(graph, group):
             return {}
         name, threads = partition_name(graph, group, "tvm"), self.config.intra_op_num_threads
         with phase("measure against onnxruntime"):
