@@ -7,7 +7,7 @@ from typing import Any
 
 from .api.errors import InvalidProviderOptions
 
-__all__ = ["as_bool", "as_int", "as_seconds", "as_str_list", "reject_unknown"]
+__all__ = ["as_bool", "as_choice", "as_int", "as_seconds", "as_str_list", "reject_unknown"]
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -20,6 +20,14 @@ def as_bool(name: str, value: Any, what: str = "option") -> bool:
     if isinstance(value, bool) or text in _TRUE + _FALSE:
         return bool(value) if isinstance(value, bool) else text in _TRUE
     raise InvalidProviderOptions(f"{what} {name!r} must be '0' or '1' (or true/false), got {value!r}")
+
+
+def as_choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    """One of `choices`, else an error that lists them."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise InvalidProviderOptions(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
 
 
 def as_int(name: str, value: Any, minimum: int = 0) -> int:

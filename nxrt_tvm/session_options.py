@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .api.errors import InvalidProviderOptions
-from .options import as_bool, as_int
+from .options import as_bool, as_choice, as_int
 
 __all__ = ["SessionOptions", "SessionConfig", "CONFIG_KEYS", "DEFAULT_SHAPE_SPECIALISATIONS"]
 
@@ -162,16 +162,12 @@ class SessionConfig:
         embed = entries.get("ep.context_embed_mode", "1")
         if embed not in ("0", "1"):
             raise InvalidProviderOptions(f"ep.context_embed_mode must be '0' or '1', got {embed!r}")
-        mismatch = entries.get("nxrt.context_on_mismatch", "error")
-        if mismatch not in _ON_MISMATCH:
-            raise InvalidProviderOptions(
-                f"nxrt.context_on_mismatch must be one of {_ON_MISMATCH}, got {mismatch!r}"
-            )
-        symbolic_compile = entries.get("nxrt.symbolic_compile", "deferred")
-        if symbolic_compile not in _SYMBOLIC_COMPILE:
-            raise InvalidProviderOptions(
-                f"nxrt.symbolic_compile must be one of {_SYMBOLIC_COMPILE}, got {symbolic_compile!r}"
-            )
+        mismatch = as_choice(
+            "nxrt.context_on_mismatch", entries.get("nxrt.context_on_mismatch", "error"), _ON_MISMATCH
+        )
+        symbolic_compile = as_choice(
+            "nxrt.symbolic_compile", entries.get("nxrt.symbolic_compile", "deferred"), _SYMBOLIC_COMPILE
+        )
         specialisations = as_int(
             "nxrt.shape_specialisations",
             entries.get("nxrt.shape_specialisations", DEFAULT_SHAPE_SPECIALISATIONS),

@@ -12,7 +12,7 @@ import tvm
 from ...api.errors import InvalidProviderOptions
 from ...lower.schedules import CONV_ALGORITHMS
 from ...lower.target import make_target
-from ...options import as_bool, as_int, as_seconds, as_str_list, reject_unknown
+from ...options import as_bool, as_choice, as_int, as_seconds, as_str_list, reject_unknown
 from .cost import CLAIM_POLICIES
 
 __all__ = ["CLAIM_POLICY_ENV", "TvmOptions"]
@@ -64,21 +64,10 @@ class TvmOptions:
                 raise InvalidProviderOptions(
                     f"option {option!r} must be a list of tvm.transform.Pass objects"
                 )
-        if given["conv_algorithm"] not in CONV_ALGORITHMS:
-            raise InvalidProviderOptions(
-                "conv_algorithm must be one of "
-                f"{', '.join(map(repr, CONV_ALGORITHMS))}, got {given['conv_algorithm']!r}"
-            )
-        if given["claim_policy"] not in CLAIM_POLICIES:
-            source = "claim_policy" if "claim_policy" in options else f"{CLAIM_POLICY_ENV} (the environment)"
-            raise InvalidProviderOptions(
-                f"{source} must be one of {', '.join(map(repr, CLAIM_POLICIES))}, "
-                f"got {given['claim_policy']!r}"
-            )
-        if given["compile_isolation"] not in ("process", "none"):
-            raise InvalidProviderOptions(
-                f"compile_isolation must be 'process' or 'none', got {given['compile_isolation']!r}"
-            )
+        as_choice("conv_algorithm", given["conv_algorithm"], CONV_ALGORITHMS)
+        source = "claim_policy" if "claim_policy" in options else f"{CLAIM_POLICY_ENV} (the environment)"
+        as_choice(source, given["claim_policy"], CLAIM_POLICIES)
+        as_choice("compile_isolation", given["compile_isolation"], ("process", "none"))
         max_bytes = given["cache_max_bytes"]
         schedule_passes = given["schedule_passes"]
         return cls(
