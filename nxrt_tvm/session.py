@@ -413,7 +413,7 @@ class InferenceSession:
         if self._specialiser is None:
             return True
         try:
-            return self._specialiser.settled(tuple(tuple(feeds[name].shape) for name in self._inputs))
+            return self._specialiser.settled(self._shapes(feeds))
         except KeyError:  # a missing input: `_validate` says so
             return False
 
@@ -632,7 +632,9 @@ def _split_by_measurement(live: Sequence[SubgraphClaim]) -> bool:
 
 
 def _arrays(feeds: Any) -> bool:
-    """Whether `feeds` is a dict of numpy arrays (onnxruntime and `_validate` judge those alike)."""
+    """Whether `feeds` is a dict of numpy arrays, which onnxruntime checks as `_validate` does (names,
+    element types, ranks, fixed dims; not that a named dim has one size across inputs, which it leaves
+    to the ops that use them)."""
     return type(feeds) is dict and all(type(v) is np.ndarray for v in feeds.values())
 
 
