@@ -1,6 +1,6 @@
 """nxrt-tvm against onnxruntime and OpenVINO on the real-model corpus (benchmarks/corpus.py).
 
-    python benchmarks/real_models.py [--dir DIR] [--only NAME,...] [--rounds 2] [--repeat 20]
+    python benchmarks/real_models.py [--dir DIR] [--only NAME,...] [--rounds 2] [--repeat 20] [--span-s 1.5]
         [--threads 2] [--json OUT] [--timeout-s 600] [--runtimes onnxruntime,nxrt-tvm,openvino]
         [--seq 16,128]
 
@@ -13,8 +13,9 @@ LATENCY and ``INFERENCE_PRECISION_HINT`` f32: its default on AVX-512-BF16 CPUs i
 ``tuning_logs`` when they have a folder for this machine's device key), its fallback
 ``intra_op_num_threads``.
 
-Each worker reports the time to a ready session, the median latency of ``--repeat`` runs after
-``WARMUP_S`` (and at least ``WARMUP_CALLS``) of untimed ones (``nxrt_tvm.timing.median_seconds``) and
+Each worker reports the time to a ready session and, after ``WARMUP_S`` (and at least ``WARMUP_CALLS``)
+of untimed runs, the latency of windows of ``--repeat`` runs timed for ``--span-s`` seconds
+(``nxrt_tvm.timing.timed_windows``): the median of all those runs, and the fastest window's median. It
 saves its outputs for the parity check; nxrt-tvm's also its TVM and CPU partitions and the
 implementation of each TVM kernel (``kernel_variants()``), of the session that ran the timed calls: a
 model with symbolic input dims is built again for the feeds' shapes on the third call with them
@@ -23,11 +24,12 @@ The session has no per-kernel timing, so the tvm-default column counts kernels (
 untuned default lowering: no tuning record and no schedule rule), not run time.
 
 The table: median latency of each runtime (median over the rounds), nxrt/ORT and nxrt/OV (the
-median of the per-round ratios), ready times, partitions, tvm-default kernels, and parity: the
-largest relative difference over the outputs, ``max|a - b| / max(max|b|, 1e-6)`` with onnxruntime
-as ``b``. The last row is the geomean of the ratios. A worker that crashes or runs past
-``--timeout-s`` is reported in its cell; the run goes on. OpenVINO is optional
-(``pip install -e '.[bench]'``): without it its columns are left out, said.
+median of the per-round ratios), the same ratios of the fastest windows (the speed with the least
+interference from the rest of a shared machine, as `timeit` advises its minimum), ready times,
+partitions, tvm-default kernels, and parity: the largest relative difference over the outputs,
+``max|a - b| / max(max|b|, 1e-6)`` with onnxruntime as ``b``. The last row is the geomean of the
+ratios. A worker that crashes or runs past ``--timeout-s`` is reported in its cell; the run goes on.
+OpenVINO is optional (``pip install -e '.[bench]'``): without it its columns are left out, said.
 
 ``--seq 16,128`` times the models with a symbolic sequence dim (the transformer exports) at each
 length instead: one session of each runtime serves the length of its row, as a user's exported model
@@ -187,9 +189,15 @@ def _timing():
 WARMUP_S = 0.5
 #: and at least this many (nxrt_tvm.runtime.specialise.SPECIALISE_AFTER, not imported: see `_timing`)
 WARMUP_CALLS = 3
+#: then timed windows of `--repeat` calls for at least this long: this host's speed changes between
+#: regimes seconds apart (onnxruntime on a 0.3 ms model: 290 or 520 us per call for seconds at a time),
+#: and 20 calls landed each worker in one regime (an all-onnxruntime nxrt-tvm plan measured 1.5x onnxruntime)
+SPAN_S = 1.5
 
 
-def worker(runtime: str, model: Path, feeds_path: Path, out: Path, threads: int, repeat: int) -> dict:
+def worker(
+    runtime: str, model: Path, feeds_path: Path, out: Path, threads: int, repeat: int, span_s: float
+) -> dict:
     feeds = _load_feeds(feeds_path)
     make = {"onnxruntime": _run_onnxruntime, "openvino": _run_openvino, "nxrt-tvm": _run_nxrt}[runtime]
     ready, run, describe = make(model, feeds, threads)
@@ -199,14 +207,16 @@ def worker(runtime: str, model: Path, feeds_path: Path, out: Path, threads: int,
         run()
         calls += 1
     shapes = _save_outputs(out, run())  # what the timed calls run, checked for parity
-    latency = _timing().median_seconds(run, repeat, warmup=0)
+    windows = _timing().timed_windows(run, repeat, span_s=span_s)
     return {
         "ok": True,
         "runtime": runtime,
         "model": model.name,
         "threads": threads,
         "ready_s": ready,
-        "median_ms": latency * 1e3,
+        "median_ms": windows.median_s * 1e3,
+        "best_ms": windows.best_s * 1e3,
+        "windows": len(windows.window_medians_s),
         "output_shapes": shapes,
         "outputs": str(out),
         **describe(),
@@ -216,7 +226,7 @@ def worker(runtime: str, model: Path, feeds_path: Path, out: Path, threads: int,
 def _worker_main(args: argparse.Namespace) -> int:
     runtime, model = args.worker
     try:
-        result = worker(runtime, Path(model), args.feeds, args.out, args.threads, args.repeat)
+        result = worker(runtime, Path(model), args.feeds, args.out, args.threads, args.repeat, args.span_s)
     except Exception as exc:  # the parent reports it in the runtime's cell
         result = {"ok": False, "runtime": runtime, "error": f"{type(exc).__name__}: {exc}"[:2000]}
     print(RESULT + json.dumps(result), flush=True)
@@ -228,7 +238,13 @@ def _worker_main(args: argparse.Namespace) -> int:
 
 def _spawn(runtime: str, model: Path, feeds: Path, out: Path, args: argparse.Namespace) -> dict:
     env = dict(os.environ, TVM_NUM_THREADS=str(args.threads))
-    options = {"--feeds": feeds, "--out": out, "--threads": args.threads, "--repeat": args.repeat}
+    options = {
+        "--feeds": feeds,
+        "--out": out,
+        "--threads": args.threads,
+        "--repeat": args.repeat,
+        "--span-s": args.span_s,
+    }
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", runtime, str(model)]
     cmd += [str(v) for item in options.items() for v in item]
     started = time.perf_counter()
@@ -300,12 +316,13 @@ def summarise(name: str, runs: dict[str, list[dict]]) -> dict:
         }
     nx = runs.get("nxrt-tvm", [])
     for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov")):
-        ratios = [
-            a["median_ms"] / b["median_ms"]
-            for a, b in zip(nx, runs.get(peer, []))
-            if a["ok"] and b["ok"] and b["median_ms"] > 0
-        ]
-        row[key] = _median(ratios)
+        for metric, suffix in (("median_ms", ""), ("best_ms", "_best")):
+            ratios = [
+                a[metric] / b[metric]
+                for a, b in zip(nx, runs.get(peer, []))
+                if a["ok"] and b["ok"] and b.get(metric, 0) > 0 and metric in a
+            ]
+            row[key + suffix] = _median(ratios)
     ok_nx = next((r for r in nx if r["ok"]), None)
     if ok_nx is not None:
         for k in (
@@ -354,9 +371,10 @@ def _columns(runtimes: list[str]) -> list[tuple[str, Callable[[dict], str]]]:
     for rt in runtimes:
         cols.append((f"{SHORT[rt]} (ms)", lambda r, rt=rt: _ms(r, rt)))
     nx = "nxrt-tvm" in runtimes
-    for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov")):
-        if nx and peer in runtimes:
-            cols.append((f"nxrt/{SHORT[peer]}", lambda r, key=key: _ratio(r[key])))
+    for suffix, label in (("", ""), ("_best", " (best windows)")):
+        for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov")):
+            if nx and peer in runtimes:
+                cols.append((f"nxrt/{SHORT[peer]}{label}", lambda r, key=key + suffix: _ratio(r[key])))
     cols.append(
         (
             f"ready {' / '.join(SHORT[rt] for rt in runtimes)} (s)",
@@ -398,7 +416,11 @@ def print_table(rows: list[dict], runtimes: list[str], notes: list[str]) -> None
     print("|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(cell(r) for _, cell in cols) + " |")
-    geo = {"nxrt/ORT": "nxrt_vs_ort", "nxrt/OV": "nxrt_vs_ov"}
+    geo = {
+        f"nxrt/{SHORT[peer]}{label}": key + suffix
+        for suffix, label in (("", ""), ("_best", " (best windows)"))
+        for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov"))
+    }
     cells = ["**geomean**"] + [
         _ratio(geomean([r[geo[h]] for r in rows])) if h in geo else "" for h, _ in cols[1:]
     ]
@@ -454,7 +476,13 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="the corpus (default: corpus.py's)")
     parser.add_argument("--only", help="comma-separated model names")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=20, help="calls per timed window")
+    parser.add_argument(
+        "--span-s",
+        type=float,
+        default=SPAN_S,
+        help="time windows of --repeat calls for at least this long (at least 2 windows)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write the rows (and every worker's report) here")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per worker (session + runs)")
@@ -516,20 +544,20 @@ def main(argv=None) -> int:
             rows.append(summarise(name, runs))
             raw[name] = runs
     print(
-        f"threads: {args.threads}, rounds: {args.rounds}, repeat: {args.repeat}, "
+        f"threads: {args.threads}, rounds: {args.rounds}, windows of {args.repeat} calls for "
+        f"{args.span_s:g} s, "
         f"{f'sequence lengths: {args.seq}, ' if args.seq else ''}"
         f"runtimes: {', '.join(runtimes)}; corpus {directory}"
     )
     print_table(rows, runtimes, notes)
     if args.json:
-        geo = {
-            "nxrt_vs_ort": geomean([r["nxrt_vs_ort"] for r in rows]),
-            "nxrt_vs_ov": geomean([r["nxrt_vs_ov"] for r in rows]),
-        }
+        keys = ("nxrt_vs_ort", "nxrt_vs_ov", "nxrt_vs_ort_best", "nxrt_vs_ov_best")
+        geo = {key: geomean([r[key] for r in rows]) for key in keys}
         report = {
             "threads": args.threads,
             "rounds": args.rounds,
             "repeat": args.repeat,
+            "span_s": args.span_s,
             "runtimes": runtimes,
             "notes": notes,
             "rows": rows,

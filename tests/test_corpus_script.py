@@ -62,13 +62,15 @@ def test_onnxruntime_worker_reports_latency_and_saves_outputs(tmp_path):
     _tiny_model(model)
     x = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
     np.savez(feeds, x=x)
-    proc = _run(REAL_MODELS, "--worker", "onnxruntime", model, "--feeds", feeds, "--out", out, "--threads", 1)
+    worker = ("--worker", "onnxruntime", model, "--feeds", feeds, "--out", out, "--threads", 1)
+    proc = _run(REAL_MODELS, *worker, "--span-s", 0.05)
     assert proc.returncode == 0, proc.stderr
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     result = json.loads(line[len("RESULT ") :])
     assert result["ok"], result
     assert result["runtime"] == "onnxruntime" and result["threads"] == 1
     assert result["median_ms"] > 0 and result["ready_s"] > 0
+    assert 0 < result["best_ms"] <= result["median_ms"] and result["windows"] >= 2
     want = np.maximum(x @ np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), 0)
     with np.load(out) as saved:
         np.testing.assert_allclose(saved["o0"], want, rtol=1e-6)
@@ -88,6 +90,8 @@ def test_onnxruntime_worker_reports_latency_and_saves_outputs(tmp_path):
         2,
         "--repeat",
         2,
+        "--span-s",
+        0.05,
         "--json",
         report,
     )
@@ -104,7 +108,19 @@ def test_a_crashing_worker_is_reported_not_fatal(tmp_path):
     (tmp_path / "manifest.json").write_text(
         json.dumps({"models": [{"name": "broken", "file": "broken.onnx", "feeds": "broken.feeds.npz"}]})
     )
-    proc = _run(REAL_MODELS, "--dir", tmp_path, "--runtimes", "onnxruntime", "--rounds", 1, "--repeat", 1)
+    proc = _run(
+        REAL_MODELS,
+        "--dir",
+        tmp_path,
+        "--runtimes",
+        "onnxruntime",
+        "--rounds",
+        1,
+        "--repeat",
+        1,
+        "--span-s",
+        0,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "| broken | error |" in proc.stdout
 
@@ -133,7 +149,8 @@ def test_seq_times_the_sequence_models_at_each_length(tmp_path):
     entries = [{"name": n, "file": f"{n}.onnx", "feeds": f"{n}.feeds.npz"} for n in ("tiny", "seq")]
     (tmp_path / "manifest.json").write_text(json.dumps({"models": entries}))
     report = tmp_path / "report.json"
-    args = ["--dir", tmp_path, "--runtimes", "onnxruntime", "--rounds", 1, "--repeat", 2, "--json", report]
+    args = ["--dir", tmp_path, "--runtimes", "onnxruntime", "--rounds", 1, "--repeat", 2, "--span-s", 0]
+    args += ["--json", report]
     proc = _run(REAL_MODELS, *args, "--seq", "2,5")
     assert proc.returncode == 0, proc.stderr
     assert "| seq@seq2 |" in proc.stdout and "| seq@seq5 |" in proc.stdout and "| tiny |" not in proc.stdout
