@@ -51,6 +51,10 @@ unsafe on shapes that only the user's input decides:
   or a constant's own values) bound every partial sum below 2^24 (K * max|a| * max|b|), ours
   computes in float32 and casts back: the same integers, on the float matmul rule.
 
+Two converters add ops TVM has none for: `LSTM` and `GRU` (layout 0, default activations, no
+sequence_lens, peepholes or clip: the claim rule declines the rest). Every step's input projection
+is one matmul; the recurrence is one kernel (`recurrence`).
+
 One converter adds opsets TVM's lacks: `Resize` 11 and 13 (TVM has only 18,
 so every opset-17 torch export's upsampling was declined) through TVM's
 opset-18 implementation, whose inputs and attributes are theirs plus ones
@@ -87,6 +91,7 @@ from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 from .api.errors import CompileFailed
 from .api.registry import default_opset
+from .recurrence import Recurrence, recurrence_kernel
 
 __all__ = [
     "EARLIER_VERSIONS",
@@ -680,6 +685,67 @@ class _MatMulInteger(onnx_frontend.MatMulInteger):
         return relax.op.astype(relax.op.matmul(a, b, out_dtype="float32"), "int32")
 
 
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _Recurrent(onnx_frontend.OnnxOpConverter):
+    """ONNX LSTM and GRU (layout 0, default activations; the claim rule sees to the rest): every step's
+    input projection as one matmul (constant weights prepacked), the biases that add to it folded in,
+    then the recurrence as one kernel (`recurrence`)."""
+
+    cell = ""
+
+    @classmethod
+    def _impl_v7(cls, bb, inputs, attr, params):
+        x, w, r = inputs[0], inputs[1], inputs[2]
+        bias = inputs[3]
+        lstm = cls.cell == "LSTM"
+        spec = Recurrence(
+            cls.cell,
+            _text(attr.get("direction", "forward")),
+            int(_dims(r)[-1]),  # R's static [D, gates * H, H]; the attribute is optional
+            bool(attr.get("linear_before_reset", 0)) and not lstm,
+        )
+        d, h, width = spec.directions, spec.hidden, spec.gates * spec.hidden
+        dtype = x.ty.dtype.dtype
+        steps, batch, depth = _dims(x)
+        weights = relax.op.reshape(relax.op.permute_dims(w, [2, 0, 1]), (depth, d * width))
+        projected = relax.op.matmul(relax.op.reshape(x, (-1, depth)), weights)  # [S * N, D * gates * H]
+        extra = []
+        if bias is not None:
+            w_bias = relax.op.strided_slice(bias, axes=[1], begin=[0], end=[width])
+            r_bias = relax.op.strided_slice(bias, axes=[1], begin=[width], end=[2 * width])
+            if spec.linear_before_reset:  # R's h-gate bias is added before the reset gate multiplies
+                keep = np.concatenate([np.ones(2 * h), np.zeros(h)]).astype(dtype)
+                extra = [relax.op.strided_slice(bias, axes=[1], begin=[width + 2 * h], end=[2 * width])]
+                r_bias = relax.op.multiply(r_bias, relax.const(keep))
+            folded = relax.op.reshape(relax.op.add(w_bias, r_bias), (d * width,))
+            projected = relax.op.add(projected, folded)
+        elif spec.linear_before_reset:
+            extra = [relax.op.zeros(relax.ShapeExpr([d, h]), dtype)]
+        gates = bb.normalize(relax.op.reshape(projected, relax.ShapeExpr([steps, batch, d, width])))
+        state = relax.ShapeExpr([d, batch, h])
+        initial = [
+            inputs[5] if inputs[5] is not None else relax.op.zeros(state, dtype),
+            *([inputs[6] if inputs[6] is not None else relax.op.zeros(state, dtype)] if lstm else extra),
+        ]
+        outputs = [relax.TensorType([steps, d, batch, h], dtype)]
+        outputs += [relax.TensorType([d, batch, h], dtype)] * (2 if lstm else 1)
+        kernel = bb.add_func(recurrence_kernel(spec), f"recurrence_{cls.cell.lower()}")
+        recurrent = bb.normalize(relax.op.permute_dims(r, [0, 2, 1]))
+        args = [gates, recurrent, *(bb.normalize(a) for a in initial)]
+        return bb.normalize(relax.call_tir(kernel, args, outputs))
+
+
+class _LSTM(_Recurrent):
+    cell = "LSTM"
+
+
+class _GRU(_Recurrent):
+    cell = "GRU"
+
+
 def _pairwise(base: type) -> type:
     """`base` (a TVM variadic elementwise converter) folding tensor inputs pairwise, never stacking them."""
 
@@ -832,6 +898,8 @@ _OVERRIDES: dict[str, type] = {
     "Clip": _Clip,
     "BitShift": _BitShift,
     "MatMulInteger": _MatMulInteger,
+    "LSTM": _LSTM,
+    "GRU": _GRU,
     **{op: _pool_like_onnxruntime(getattr(onnx_frontend, op)) for op in ("MaxPool", "AveragePool")},
     **{
         op: _guarded_along_axis(getattr(onnx_frontend, op), op)

@@ -539,3 +539,50 @@ def test_unguarded_constant_indices_on_a_symbolic_dim_only_first():
             check(m)
         else:
             declined(m, Rejected.INPUT, "a dim of unknown size 'N'")
+
+
+# -- recurrent cells ---------------------------------------------------------------------------
+# The recurrence kernel (nxrt_tvm.recurrence) is ONNX's equations with their defaults: anything else
+# must be declined, never built into a kernel that computes something else.
+
+
+def _cell(op: str = "LSTM", names=("X", "W", "R"), elem: int = T.FLOAT, **attrs) -> onnx.ModelProto:
+    g = 4 if op == "LSTM" else 3
+    rng = np.random.default_rng(0)
+    arrays = {
+        "W": rng.standard_normal((1, g * 4, 3)),
+        "R": rng.standard_normal((1, g * 4, 4)),
+        "lens": np.array([5, 5]),
+        "P": rng.standard_normal((1, 12)),
+    }
+    dtype = np.float64 if elem == T.DOUBLE else np.float32
+    inits = [
+        nh.from_array(arrays[n].astype(np.int32 if n == "lens" else dtype), n) for n in names if n in arrays
+    ]
+    node = h.make_node(op, list(names), ["Y"], hidden_size=4, **attrs)
+    return model([node], [vi("X", elem, [5, 2, 3])], [vo("Y", elem, 4)], inits, opset=14)
+
+
+@pytest.mark.parametrize(
+    "kwargs,rejected,match",
+    [
+        ({"names": ("X", "W", "R", "", "lens")}, Rejected.INPUT, "sequence_lens"),
+        ({"names": ("X", "W", "R", "", "", "", "", "P")}, Rejected.INPUT, "peephole"),
+        ({"layout": 1}, Rejected.ATTRIBUTE, "layout=1"),
+        ({"clip": 3.0}, Rejected.ATTRIBUTE, "clip"),
+        ({"input_forget": 1}, Rejected.ATTRIBUTE, "input_forget=1"),
+        ({"activations": ["Relu", "Tanh", "Tanh"]}, Rejected.ATTRIBUTE, "activations"),
+        ({"op": "GRU", "activations": ["Sigmoid", "Relu"]}, Rejected.ATTRIBUTE, "activations"),
+        ({"elem": T.DOUBLE}, Rejected.DTYPE, "X is float64"),
+    ],
+    ids=["sequence_lens", "peepholes", "layout", "clip", "input_forget", "lstm-acts", "gru-acts", "double"],
+)
+def test_recurrent_cells_beyond_the_kernel_are_declined(kwargs, rejected, match):
+    declined(_cell(**kwargs), rejected, match)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_default_activations_named_explicitly_are_claimed(op):
+    acts = ["Sigmoid", "Tanh", "Tanh"] if op == "LSTM" else ["Sigmoid", "Tanh"]
+    x = np.random.default_rng(1).standard_normal((5, 2, 3)).astype(np.float32)
+    runs_like_ort(_cell(op, activations=acts), {"X": x})

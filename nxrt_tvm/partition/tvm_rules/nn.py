@@ -305,6 +305,74 @@ rule("QuantizeLinear")(_no_block_quant)
 rule("DequantizeLinear")(_no_block_quant)
 
 
+# -- recurrent cells ---------------------------------------------------------------------------
+
+#: LSTM's and GRU's activations when the node names none (ONNX's defaults), per direction
+_DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh")}
+
+
+# The frontend's recurrence (`nxrt_tvm.recurrence`) is ONNX's equations with their defaults, float32,
+# time-major, every sequence as long as the input: anything else is onnxruntime's.
+def _recurrent(ctx: NodeContext) -> None:
+    x = ctx.inputs[0]
+    require(
+        x is not None and x.dtype == "float32",
+        Rejected.DTYPE,
+        f"X is {x.dtype if x is not None else 'untyped'}",
+        accepts="float32",
+        remediation=FALLBACK,
+    )
+    require_attr(ctx, "layout", (0,), 0, accepts="layout=0 (X as [seq, batch, input])")
+    require_attr(ctx, "input_forget", (0,), 0, accepts="input_forget=0")
+    require(
+        ctx.attr("clip") is None,
+        Rejected.ATTRIBUTE,
+        f"clip={ctx.attr('clip')!r} is set",
+        accepts="no cell clip",
+        remediation=FALLBACK,
+    )
+    names = [a.decode() if isinstance(a, bytes) else a for a in ctx.attr("activations", [])]
+    default = _DEFAULT_ACTIVATIONS[ctx.op_type]
+    require(
+        not names or tuple(names) == default * (len(names) // len(default)),
+        Rejected.ATTRIBUTE,
+        f"activations={names}",
+        accepts=f"the default activations {list(default)}",
+        remediation=FALLBACK,
+    )
+    require(
+        not ctx.has_input(4),
+        Rejected.INPUT,
+        f"sequence_lens (input 4, {ctx.node.input[4] if len(ctx.node.input) > 4 else ''!r}) is given",
+        accepts="no sequence_lens: every sequence as long as X",
+        remediation=f"{FALLBACK}; drop sequence_lens where every sequence has the full length",
+    )
+    require(
+        not (ctx.op_type == "LSTM" and ctx.has_input(7)),
+        Rejected.INPUT,
+        "peephole weights P (input 7) are given",
+        accepts="an LSTM without peepholes",
+        remediation=FALLBACK,
+    )
+    static = [ctx.inputs[i] for i in (1, 2)]
+    require(
+        all(
+            v is not None and v.shape is not None and all(isinstance(d, int) for d in v.shape) for v in static
+        )
+        and x.shape is not None
+        and len(x.shape) == 3
+        and isinstance(x.shape[2], int),
+        Rejected.SHAPE,
+        "X's input size or the shape of W or R is not static",
+        accepts="X of rank 3 with a static input size, W and R of static shape",
+        remediation=f"{FALLBACK}; fix the input shape (onnxsim --overwrite-input-shape)",
+    )
+
+
+rule("LSTM", since=7)(_recurrent)
+rule("GRU", since=7)(_recurrent)
+
+
 # -- ops the frontend converts as something else ----------------------------------------------
 
 
