@@ -371,8 +371,11 @@ def test_the_convert_map_is_tvms_with_our_overrides():
     from tvm.relax.frontend.onnx import onnx_frontend
 
     ours = convert_map()
-    assert set(ours) == set(onnx_frontend._get_convert_map())
-    assert {op for op, conv in ours.items() if conv is not onnx_frontend._get_convert_map()[op]} == {
+    added = {"LSTM", "GRU"}  # ops TVM has no converter for (nxrt_tvm.recurrence)
+    assert set(ours) == set(onnx_frontend._get_convert_map()) | added
+    assert not added & set(onnx_frontend._get_convert_map())
+    tvms = onnx_frontend._get_convert_map()
+    assert {op for op, conv in ours.items() if op not in added and conv is not tvms[op]} == {
         "Slice",
         "Range",
         *("Add", "Sub", "Mul", "Div", "Pow", "Where"),
