@@ -56,6 +56,11 @@ def _tiny_model(path: Path) -> None:
     onnx.save(model, path)
 
 
+def _parent(corpus, *args):
+    """real_models.py over the manifest in `corpus`, onnxruntime only."""
+    return _run(REAL_MODELS, "--dir", corpus, "--runtimes", "onnxruntime", *args)
+
+
 def test_onnxruntime_worker_reports_latency_and_saves_outputs(tmp_path):
     pytest.importorskip("onnxruntime")
     model, feeds, out = tmp_path / "tiny.onnx", tmp_path / "tiny.feeds.npz", tmp_path / "out.npz"
@@ -80,21 +85,7 @@ def test_onnxruntime_worker_reports_latency_and_saves_outputs(tmp_path):
         json.dumps({"models": [{"name": "tiny", "file": model.name, "feeds": feeds.name}]})
     )
     report = tmp_path / "report.json"
-    proc = _run(
-        REAL_MODELS,
-        "--dir",
-        tmp_path,
-        "--runtimes",
-        "onnxruntime",
-        "--rounds",
-        2,
-        "--repeat",
-        2,
-        "--span-s",
-        0.05,
-        "--json",
-        report,
-    )
+    proc = _parent(tmp_path, "--rounds", 2, "--repeat", 2, "--span-s", 0.05, "--json", report)
     assert proc.returncode == 0, proc.stderr
     assert "| tiny |" in proc.stdout and "**geomean**" in proc.stdout
     row = json.loads(report.read_text())["rows"][0]
@@ -108,19 +99,7 @@ def test_a_crashing_worker_is_reported_not_fatal(tmp_path):
     (tmp_path / "manifest.json").write_text(
         json.dumps({"models": [{"name": "broken", "file": "broken.onnx", "feeds": "broken.feeds.npz"}]})
     )
-    proc = _run(
-        REAL_MODELS,
-        "--dir",
-        tmp_path,
-        "--runtimes",
-        "onnxruntime",
-        "--rounds",
-        1,
-        "--repeat",
-        1,
-        "--span-s",
-        0,
-    )
+    proc = _parent(tmp_path, "--rounds", 1, "--repeat", 1, "--span-s", 0)
     assert proc.returncode == 0, proc.stderr
     assert "| broken | error |" in proc.stdout
 
@@ -149,9 +128,7 @@ def test_seq_times_the_sequence_models_at_each_length(tmp_path):
     entries = [{"name": n, "file": f"{n}.onnx", "feeds": f"{n}.feeds.npz"} for n in ("tiny", "seq")]
     (tmp_path / "manifest.json").write_text(json.dumps({"models": entries}))
     report = tmp_path / "report.json"
-    args = ["--dir", tmp_path, "--runtimes", "onnxruntime", "--rounds", 1, "--repeat", 2, "--span-s", 0]
-    args += ["--json", report]
-    proc = _run(REAL_MODELS, *args, "--seq", "2,5")
+    proc = _parent(tmp_path, "--rounds", 1, "--repeat", 2, "--span-s", 0, "--json", report, "--seq", "2,5")
     assert proc.returncode == 0, proc.stderr
     assert "| seq@seq2 |" in proc.stdout and "| seq@seq5 |" in proc.stdout and "| tiny |" not in proc.stdout
     workers = json.loads(report.read_text())["workers"]

@@ -324,13 +324,7 @@ def _recurrent(ctx: NodeContext) -> None:
     )
     require_attr(ctx, "layout", (0,), 0, accepts="layout=0 (X as [seq, batch, input])")
     require_attr(ctx, "input_forget", (0,), 0, accepts="input_forget=0")
-    require(
-        ctx.attr("clip") is None,
-        Rejected.ATTRIBUTE,
-        f"clip={ctx.attr('clip')!r} is set",
-        accepts="no cell clip",
-        remediation=FALLBACK,
-    )
+    require_attr(ctx, "clip", (None,), None, accepts="no cell clip")
     names = [a.decode() if isinstance(a, bytes) else a for a in ctx.attr("activations", [])]
     default = _DEFAULT_ACTIVATIONS[ctx.op_type]
     require(
