@@ -3,6 +3,8 @@ plan, and remembers the timing with the compile result instead of re-measuring i
 
 from __future__ import annotations
 
+import re
+
 import model_zoo
 import numpy as np
 import onnx
@@ -81,12 +83,14 @@ def test_a_partition_writing_megabytes_is_not_timed_before_its_build(default_pol
 
 def test_symbolic_dims_are_measured_at_representative_sizes(default_policy):
     sess = nx.InferenceSession(_matmul("batch_size"), AT_LOAD, provider_options=[{"schedule_passes": []}, {}])
+    # declined after its build ("measured ... at batch_size=1 vs") or, where onnxruntime ran it faster than
+    # a TVM call's floor on this host, before it ("alone in 5.3 us at batch_size=1; a TVM call ...")
     (decline,) = sess.plan.declines
-    assert "at batch_size=1 " in decline.detail
+    assert re.search(r"at batch_size=1[ ;]", decline.detail), decline.detail
     # a leading dim counts as a batch whatever its name (Paddle's `p2o.DynamicDimension.0`)
     sess = nx.InferenceSession(_matmul("rows"), AT_LOAD, provider_options=[{"schedule_passes": []}, {}])
     (decline,) = sess.plan.declines
-    assert "at rows=1 " in decline.detail
+    assert re.search(r"at rows=1[ ;]", decline.detail), decline.detail
 
 
 def test_other_symbolic_dims_are_measured_small_and_large():
