@@ -129,7 +129,7 @@ def _symbolic_value_info(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProt
     except ImportError:  # sympy missing
         return {}
     try:
-        inference = _exact_resize(SymbolicShapeInference)(2**31 - 1, True, False, 0)
+        inference = _honest_splits(_exact_resize(SymbolicShapeInference))(2**31 - 1, True, False, 0)
         inference._preprocess(model)
         while inference.run_:
             inference._infer_impl()
@@ -196,3 +196,42 @@ def _exact_resize(base: type) -> type:
             return None
 
     return ExactResize
+
+
+def _honest_splits(base: type) -> type:
+    """onnxruntime's symbolic inference without a guessed Split.
+
+    Given a `split` input whose value it does not know, onnxruntime splits the axis evenly, the rule
+    for a Split with no `split` input. ONNX's RotaryEmbedding body splits its head dim into
+    `[rotary dim, rest]` = `[8, 0]` computed from shapes: inferred `[4, 4]`, the partitions after it
+    were built for the wrong sizes (declined at their build; had the sizes agreed downstream, a kernel
+    would have read its inputs at the wrong shape). Here such outputs get a fresh size on the axis,
+    and Identity passes on the value it forwards (that Identity was why the split was unknown)."""
+    from onnxruntime.tools.symbolic_shape_infer import (
+        get_attribute,
+        get_opset,
+        get_shape_from_sympy_shape,
+        handle_negative_axis,
+    )
+
+    class HonestSplits(base):
+        def _pass_on_shape_and_type(self, node: onnx.NodeProto) -> None:
+            super()._pass_on_shape_and_type(node)
+            if node.op_type == "Identity" and node.input[0] in self.sympy_data_:
+                self.sympy_data_[node.output[0]] = self.sympy_data_[node.input[0]]
+
+        def _infer_Split(self, node: onnx.NodeProto) -> None:  # noqa: N802 - onnxruntime's name
+            given = get_opset(self.out_mp_) >= 13 and len(node.input) > 1 and node.input[1]
+            if not given or self._try_get_value(node, 1) is not None:
+                return super()._infer_Split(node)
+            shape = self._get_sympy_shape(node, 0)
+            axis = handle_negative_axis(get_attribute(node, "axis", 0), len(shape))
+            elem_type = self.known_vi_[node.input[0]].type.tensor_type.elem_type
+            for k, name in enumerate(node.output):
+                dims = [*shape[:axis], self._new_symbolic_dim_from_output(node, k, axis), *shape[axis + 1 :]]
+                self.known_vi_[name].CopyFrom(
+                    onnx.helper.make_tensor_value_info(name, elem_type, get_shape_from_sympy_shape(dims))
+                )
+            return None
+
+    return HonestSplits

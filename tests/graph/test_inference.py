@@ -143,3 +143,57 @@ def test_resize_dims_are_exact_and_match_what_onnxruntime_runs():
         for name, out in zip(names, session.run(names, {"x": x}), strict=True):
             want = [int(sympy.sympify(d).subs({h: size[0], w: size[1]})) for d in dims[name]]
             assert list(out.shape[2:]) == want, (name, dims[name], size)
+
+
+def _split_by(lengths: list[onnx.NodeProto], split_from: str, x_shape: list) -> onnx.ModelProto:
+    """x [.., 8] split along its last axis by `split_from` (computed by `lengths` from x's shape)."""
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    nodes = [
+        *lengths,
+        h.make_node("Split", ["x", split_from], ["a", "b"], axis=-1),
+        h.make_node("Relu", ["a"], ["ya"]),
+        h.make_node("Relu", ["b"], ["yb"]),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "split",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [h.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("ya", "yb")],
+        [],
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
+
+
+def test_a_split_through_identity_gets_its_computed_sizes():
+    """RotaryEmbedding's body: [rotary dim, head - rotary dim] with the rotary dim an Identity of the
+    head size. onnxruntime's inference lost the value at the Identity and split the axis evenly (4 and
+    4 where it is 8 and 0)."""
+    from onnx import helper as h
+
+    lengths = [
+        h.make_node("Shape", ["x"], ["head"], start=-1),  # [8]
+        h.make_node("Identity", ["head"], ["rotary"]),
+        h.make_node("Sub", ["head", "rotary"], ["rest"]),  # [0]
+        h.make_node("Concat", ["rotary", "rest"], ["parts"], axis=0),
+    ]
+    model = _split_by(lengths, "parts", ["n", 3, 8])
+    graph = load_model(model)
+    assert graph.info("a").shape[-1] == 8 and graph.info("b").shape[-1] == 0, (
+        graph.info("a"),
+        graph.info("b"),
+    )
+
+
+def test_a_split_of_unknown_sizes_is_not_guessed_even():
+    """Split sizes read from data the inference cannot follow get a size of their own, not the even
+    split onnxruntime's inference assumes (4 and 4 for an axis of 8)."""
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    model = _split_by([], "lengths", ["n", 3, 8])
+    model.graph.input.append(h.make_tensor_value_info("lengths", TensorProto.INT64, [2]))
+    graph = load_model(model)
+    a, b = graph.info("a").shape[-1], graph.info("b").shape[-1]
+    assert not isinstance(a, int) and not isinstance(b, int) and a != b, (a, b)
