@@ -449,5 +449,13 @@ def _drop_inferable_types(model: onnx.ModelProto) -> None:
 
 
 def attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    """A node's attributes as Python values."""
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    """A node's attributes as Python values, strings as `str` (onnx gives `bytes`)."""
+    return {a.name: _text(helper.get_attribute_value(a)) for a in node.attribute}
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and all(isinstance(v, bytes) for v in value):
+        return [v.decode() for v in value]
+    return value

@@ -228,8 +228,6 @@ def require_attr(
     ctx: NodeContext, name: str, ok: Iterable, default, *, accepts: str, remediation: str = ""
 ) -> None:
     value = ctx.attr(name, default)
-    if isinstance(value, bytes):
-        value = value.decode()
     require(
         value in tuple(ok),
         Rejected.ATTRIBUTE,

@@ -215,8 +215,7 @@ def _conv_transpose(ctx: NodeContext) -> None:
         strides = list(ctx.attr("strides", [1] * nsp))
         dil = list(ctx.attr("dilations", [1] * nsp))
         outpad = list(ctx.attr("output_padding", [0] * nsp))
-        auto = ctx.attr("auto_pad", b"NOTSET")
-        auto = auto.decode() if isinstance(auto, bytes) else auto
+        auto = ctx.attr("auto_pad", "NOTSET")
         pads = list(ctx.attr("pads", [0] * 2 * nsp))
         got = []
         for i in range(nsp):
@@ -325,7 +324,7 @@ def _recurrent(ctx: NodeContext) -> None:
     require_attr(ctx, "layout", (0,), 0, accepts="layout=0 (X as [seq, batch, input])")
     require_attr(ctx, "input_forget", (0,), 0, accepts="input_forget=0")
     require_attr(ctx, "clip", (None,), None, accepts="no cell clip")
-    names = [a.decode() if isinstance(a, bytes) else a for a in ctx.attr("activations", [])]
+    names = list(ctx.attr("activations", []))
     default = _DEFAULT_ACTIVATIONS[ctx.op_type]
     require(
         not names or tuple(names) == default * (len(names) // len(default)),
@@ -399,8 +398,7 @@ def _require_static_input(ctx: NodeContext, why: str) -> None:
 # Without: auto_pad SAME_* with a symbolic dim fails to import (int() of a shape var);
 # MaxPool's Indices output is not produced ("Missing outputs during conversion").
 def _pool(ctx: NodeContext) -> None:
-    auto = ctx.attr("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = ctx.attr("auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         _require_static_input(ctx, f"auto_pad={auto}")
 

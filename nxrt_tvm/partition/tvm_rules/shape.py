@@ -209,7 +209,7 @@ def _resize(ctx: NodeContext) -> None:
         "half_pixel",
         accepts="half_pixel, align_corners, asymmetric, pytorch_half_pixel, tf_crop_and_resize",
     )
-    if ctx.attr("coordinate_transformation_mode", b"") in (b"tf_crop_and_resize", "tf_crop_and_resize"):
+    if ctx.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
         require_const(ctx, 1, "roi")
     scales = ctx.const(2)
     shape = ctx.inputs[0].shape if ctx.inputs[0] else None
