@@ -99,13 +99,16 @@ def _product(r: Recurrence, offset: int, width: int, source: str) -> list[str]:
 
 
 def _lstm_update(r: Recurrence, j: str) -> list[str]:
-    """ONNX LSTM, gates i, o, f, c: C = f * C + i * tanh(c); H = o * tanh(C); Y[t] = H (unit `j`)."""
+    """ONNX LSTM, gates i, o, f, c: C = f * C + i * tanh(c); H = o * tanh(C); Y[t] = H (unit `j`).
+    Each gate's input is summed into `gates` first: an activation's text repeats its argument about
+    20 times (`_fast_exp`), so it gets a load, not a sum."""
     h = r.hidden
 
     def gate(k: int) -> str:
-        return f"(G[tt, n, d, {k * h} + {j}] + gates[{k * h} + {j}])"
+        return f"gates[{k * h} + {j}]"
 
     return [
+        *(f"{gate(k)} = G[tt, n, d, {k * h} + {j}] + {gate(k)}" for k in range(4)),
         f"YC[d, n, {j}] = {_sigmoid(gate(2))} * YC[d, n, {j}] + {_sigmoid(gate(0))} * {_tanh(gate(3))}",
         f"YH[d, n, {j}] = {_sigmoid(gate(1))} * {_tanh(f'YC[d, n, {j}]')}",
         f"Y[tt, d, n, {j}] = YH[d, n, {j}]",
@@ -114,15 +117,20 @@ def _lstm_update(r: Recurrence, j: str) -> list[str]:
 
 def _gru_update(r: Recurrence, j: str) -> list[str]:
     """ONNX GRU, gates z, r, h: H = (1 - z) * hh + z * H, with hh = tanh(x_h + r * (H R_h + Rb_h))
-    (linear_before_reset) or tanh(x_h + (r * H) R_h) (its R_h product made after the reset gate)."""
+    (linear_before_reset) or tanh(x_h + (r * H) R_h) (its R_h product made after the reset gate). The
+    gates are stored before use, as in `_lstm_update` (the reset gate inside hh's tanh made its text
+    77 KB)."""
     h = r.hidden
-    z = _sigmoid(f"(G[tt, n, d, {j}] + gates[{j}])")
+    z, reset, x_h = f"gates[{j}]", f"gates[{h} + {j}]", f"G[tt, n, d, {2 * h} + {j}]"
+    lines = [f"{z} = {_sigmoid(f'(G[tt, n, d, {j}] + {z})')}"]
     if r.linear_before_reset:
-        reset = _sigmoid(f"(G[tt, n, d, {h} + {j}] + gates[{h} + {j}])")
-        candidate = _tanh(f"(G[tt, n, d, {2 * h} + {j}] + {reset} * (gates[{2 * h} + {j}] + RBH[d, {j}]))")
+        lines.append(f"{reset} = {_sigmoid(f'(G[tt, n, d, {h} + {j}] + {reset})')}")
+        lines.append(f"gates[{2 * h} + {j}] = {x_h} + {reset} * (gates[{2 * h} + {j}] + RBH[d, {j}])")
     else:
-        candidate = _tanh(f"(G[tt, n, d, {2 * h} + {j}] + gates[{2 * h} + {j}])")
+        lines.append(f"gates[{2 * h} + {j}] = {x_h} + gates[{2 * h} + {j}]")
+    candidate = _tanh(f"gates[{2 * h} + {j}]")
     return [
+        *lines,
         f"YH[d, n, {j}] = ({_f32(1.0)} - {z}) * {candidate} + {z} * YH[d, n, {j}]",
         f"Y[tt, d, n, {j}] = YH[d, n, {j}]",
     ]
