@@ -315,14 +315,13 @@ def summarise(name: str, runs: dict[str, list[dict]]) -> dict:
             "cell": next((r["cell"] for r in results if not r["ok"]), None) if not ok else None,
         }
     nx = runs.get("nxrt-tvm", [])
-    for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov")):
-        for metric, suffix in (("median_ms", ""), ("best_ms", "_best")):
-            ratios = [
-                a[metric] / b[metric]
-                for a, b in zip(nx, runs.get(peer, []))
-                if a["ok"] and b["ok"] and b.get(metric, 0) > 0 and metric in a
-            ]
-            row[key + suffix] = _median(ratios)
+    for key, _, metric, peer in RATIOS:
+        ratios = [
+            a[metric] / b[metric]
+            for a, b in zip(nx, runs.get(peer, []))
+            if a["ok"] and b["ok"] and b[metric] > 0
+        ]
+        row[key] = _median(ratios)
     ok_nx = next((r for r in nx if r["ok"]), None)
     if ok_nx is not None:
         for k in (
@@ -353,6 +352,12 @@ def _fmt(value, spec: str, missing: str = "-") -> str:
 
 
 SHORT = {"onnxruntime": "ORT", "nxrt-tvm": "nxrt", "openvino": "OV"}
+#: the ratio columns: (row key, header, the worker figure compared, the peer runtime)
+RATIOS = tuple(
+    (key + suffix, f"nxrt/{SHORT[peer]}{label}", metric, peer)
+    for metric, suffix, label in (("median_ms", "", ""), ("best_ms", "_best", " (best windows)"))
+    for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov"))
+)
 TVM_DEFAULT_HEADER = "tvm-default kernels (count / all TVM kernels; no per-kernel timing)"
 
 
@@ -371,10 +376,9 @@ def _columns(runtimes: list[str]) -> list[tuple[str, Callable[[dict], str]]]:
     for rt in runtimes:
         cols.append((f"{SHORT[rt]} (ms)", lambda r, rt=rt: _ms(r, rt)))
     nx = "nxrt-tvm" in runtimes
-    for suffix, label in (("", ""), ("_best", " (best windows)")):
-        for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov")):
-            if nx and peer in runtimes:
-                cols.append((f"nxrt/{SHORT[peer]}{label}", lambda r, key=key + suffix: _ratio(r[key])))
+    for key, header, _, peer in RATIOS:
+        if nx and peer in runtimes:
+            cols.append((header, lambda r, key=key: _ratio(r[key])))
     cols.append(
         (
             f"ready {' / '.join(SHORT[rt] for rt in runtimes)} (s)",
@@ -416,11 +420,7 @@ def print_table(rows: list[dict], runtimes: list[str], notes: list[str]) -> None
     print("|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(cell(r) for _, cell in cols) + " |")
-    geo = {
-        f"nxrt/{SHORT[peer]}{label}": key + suffix
-        for suffix, label in (("", ""), ("_best", " (best windows)"))
-        for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov"))
-    }
+    geo = {header: key for key, header, _, _ in RATIOS}
     cells = ["**geomean**"] + [
         _ratio(geomean([r[geo[h]] for r in rows])) if h in geo else "" for h, _ in cols[1:]
     ]
@@ -551,8 +551,7 @@ def main(argv=None) -> int:
     )
     print_table(rows, runtimes, notes)
     if args.json:
-        keys = ("nxrt_vs_ort", "nxrt_vs_ov", "nxrt_vs_ort_best", "nxrt_vs_ov_best")
-        geo = {key: geomean([r[key] for r in rows]) for key in keys}
+        geo = {key: geomean([r[key] for r in rows]) for key, *_ in RATIOS}
         report = {
             "threads": args.threads,
             "rounds": args.rounds,
