@@ -20,10 +20,10 @@ from functools import lru_cache
 import tvm
 from tvm import tirx
 
-__all__ = ["Recurrence", "recurrence_kernel", "DIRECTIONS"]
+__all__ = ["Recurrence", "recurrence_kernel"]
 
 #: ONNX's `direction` attribute -> number of directions
-DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+_DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
 
 #: accumulator widths tried for the recurrent product, widest first (128 floats: 8 AVX-512 registers,
 #: independent FMA chains)
@@ -42,7 +42,7 @@ class Recurrence:
 
     @property
     def directions(self) -> int:
-        return DIRECTIONS[self.direction]
+        return _DIRECTIONS[self.direction]
 
     @property
     def gates(self) -> int:
