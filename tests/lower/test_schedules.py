@@ -23,6 +23,9 @@ from nxrt_tvm.lower.schedules.base import ApplySchedules, kernel_work
 from nxrt_tvm.lower.target import make_target
 
 TARGET = make_target("llvm")
+#: what the tile and packing shapes below are written for (16-lane vectors, 32 registers), whatever the
+#: host: those tests only lower
+AVX512 = make_target({"kind": "llvm", "mcpu": "znver4"})
 RNG = np.random.default_rng(0)
 
 
@@ -202,7 +205,7 @@ CASES = {
         1e-4,
     ),
     "globalavgpool_1x19x7x7": (pool("GlobalAveragePool", [1, 19, 7, 7]), "normalization", 1e-4),
-    "softmax_3x10": (softmax([3, 10]), "normalization", 1e-3),  # rows shorter than a vector
+    "softmax_3x5": (softmax([3, 5]), "normalization", 1e-3),  # rows shorter than a vector (8 or 16 lanes)
     # layer norm reduces squared deviations, which no padding of its input leaves at 0
     "layernorm_5x37": (layer_norm([5, 37]), "normalization", 1e-4),
     # vector partial reductions inside one parallel row loop; rows that end in part of a vector
@@ -228,10 +231,10 @@ def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     }
 
 
-def _lowered(model: onnx.ModelProto, schedule_passes=None) -> tvm.IRModule:
+def _lowered(model: onnx.ModelProto, schedule_passes=None, target=TARGET) -> tvm.IRModule:
     """The Relax module after the whole lowering pipeline, before TIR codegen."""
     lowering = pipeline.Lowering(schedule_passes=None if schedule_passes is None else tuple(schedule_passes))
-    return pipeline.lowering_pipeline(TARGET, lowering)(import_onnx(model))
+    return pipeline.lowering_pipeline(target, lowering)(import_onnx(model))
 
 
 def _fused(model: onnx.ModelProto) -> tvm.IRModule:
@@ -306,7 +309,7 @@ def test_rule_matches_onnxruntime_and_applies(case, monkeypatch):
 def test_constant_weights_are_packed_at_compile_time(case, rule, weight):
     """The kernel reads a [J/tile, r..., tile] constant; the
     repacking itself was folded away (no copy at run time)."""
-    funcs = _prim_funcs(_lowered(CASES[case][0]))
+    funcs = _prim_funcs(_lowered(CASES[case][0], target=AVX512))
     kernel = next(f for f in funcs.values() if f.attrs is not None and f.attrs.get(RULE_ATTR) == rule)
     shapes = [tuple(int(d) for d in b.shape) for b in kernel.params]
     assert weight in shapes, shapes
@@ -349,7 +352,7 @@ def test_weights_are_packed_beside_a_size_check():
         ["out"],
         [("w", [64, 96])],
     )
-    funcs = _prim_funcs(_lowered(model))
+    funcs = _prim_funcs(_lowered(model, target=AVX512))
     assert any(f.attrs is not None and f.attrs.get(RULE_ATTR) == "SizeCheck" for f in funcs.values())
     (kernel,) = [f for name, f in funcs.items() if name.endswith("_prepacked")]  # the original is gone
     assert "T.Buffer((T.int64(3), T.int64(64), T.int64(32))" in kernel.script()  # the packed weight
@@ -389,6 +392,45 @@ def test_row_tiles_divide_the_rows_when_they_can():
 
     assert [pick_i_tile(n, 8) for n in (14, 28, 56, 7, 5, 13, 1)] == [7, 7, 8, 7, 5, 8, 1]
     assert pick_i_tile(None, 8) == 8 and pick_i_tile(14, 16) == 14
+
+
+@pytest.mark.parametrize(
+    ("target", "lanes", "rows"),
+    [
+        ({"mcpu": "haswell"}, 8, 6),
+        ({"mcpu": "znver3"}, 8, 6),
+        ({"mcpu": "znver4"}, 16, 8),
+        ({"mcpu": "x86-64"}, 4, 6),
+        ({"mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-n1"}, 4, 8),
+    ],
+)
+def test_vector_width_and_tile_rows_follow_the_target_cpu(target, lanes, rows):
+    """From the CPU's ISA features: LLVM's `llvm_get_vector_width` says 512 bits for any x86 CPU."""
+    from nxrt_tvm.lower.schedules.base import vector_lanes
+    from nxrt_tvm.lower.schedules.core import tile_rows
+
+    target = make_target({"kind": "llvm", **target})
+    assert (vector_lanes(target), tile_rows(target)) == (lanes, rows)
+
+
+#: a vector register stored to or loaded from the stack (x86 AT&T syntax)
+_STACK_VECTOR = re.compile(r"mm\d+.*\(%rsp\)|\(%rsp\).*mm\d+")
+
+
+@pytest.mark.parametrize("cpu", ["haswell", "znver4"])
+@pytest.mark.parametrize(
+    ("case", "model"),
+    [("matmul", lambda: matmul_bias_relu(64, 256, 256)), ("conv", lambda: conv(1, 32, 28, 28, 64, 3, 2, 1))],
+)
+def test_register_tiles_fit_in_registers(cpu, case, model):
+    """Each tile's accumulators stay in registers: the kernel's assembly moves no more vectors through
+    the stack than its entry does (6). With 16-lane vectors on AVX2 (twice the registers it has) the
+    matmul moved 115 and the convolution 204."""
+    target = make_target({"kind": "llvm", "mcpu": cpu})
+    lowered = pipeline.lowering_pipeline(target, pipeline.Lowering())(import_onnx(model()))
+    (func,) = [f for f in _prim_funcs(lowered).values() if f.attrs.get(RULE_ATTR) == case]
+    asm = tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
+    assert len(_STACK_VECTOR.findall(asm.inspect_source("asm"))) <= 8
 
 
 def test_tile_gathers_stay_scalar():

@@ -17,7 +17,7 @@ from tvm import relax
 import nxrt_tvm as nx
 from nxrt_tvm import frontend
 from nxrt_tvm.lower import fold_constants, precision, strict
-from nxrt_tvm.lower.schedules import matmul
+from nxrt_tvm.lower.schedules import core
 from nxrt_tvm.runtime import artifact
 
 OPTIONS = [{"compile_isolation": "none"}, {}]
@@ -29,7 +29,7 @@ def _bug(*_args, **_kwargs):
 
 def _break_matmul_rule(monkeypatch):
     """The rule's own code fails (arithmetic on a None vector width): a bug, not a TVM refusal."""
-    monkeypatch.setattr(matmul, "vector_lanes", lambda _target: None)
+    monkeypatch.setattr(core, "vector_lanes", lambda _target: None)
 
 
 def _feeds():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from .base import CpuRule, vector_lanes
+from .base import CpuRule
 from .core import ContractionShape, contraction_shape, tile_contraction
 
 __all__ = ["Conv"]
@@ -38,7 +38,7 @@ class Conv(CpuRule):
             shape = _pixel_rows(sch, shape)
             if shape is None:
                 return None
-        return tile_contraction(sch, blocks, shape, vector_lanes(target), inline_producers=depthwise)
+        return tile_contraction(sch, blocks, shape, target, inline_producers=depthwise)
 
 
 def _pixel_rows(sch, shape: ContractionShape) -> ContractionShape | None:
