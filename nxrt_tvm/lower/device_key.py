@@ -26,6 +26,7 @@ __all__ = [
     "DEVICE_FILE",
     "CompatibleKey",
     "compatible_keys",
+    "refused_keys",
     "write_device_file",
 ]
 
@@ -93,23 +94,39 @@ def _family(mcpu: str) -> str:
     return mcpu.rstrip("0123456789-_.v")
 
 
-def compatible_keys(log_dir: str | Path, target: tvm.target.Target) -> list[CompatibleKey]:
-    """The other keys under `log_dir` whose records this host can run, closest first: same target kind and
-    architecture, every ISA feature the records were built for present here; then ordered by same CPU
-    model, same family (znver4 for znver5), most features shared. A record is valid code on any CPU with
-    its features; only its speed differs, so keys choose, features refuse."""
+def _judged(log_dir: str | Path, target: tvm.target.Target):
+    """Each other LLVM key of this architecture under `log_dir`: (its folder, its match, its features,
+    why its records cannot run here, "" when they can)."""
     own = device_key(target)
     mine = _LLVM_KEY.match(own)
     if mine is None or not Path(log_dir).is_dir():  # GPU keys name the architecture: no transfer
-        return []
+        return
     host = frozenset(hardware_of(target)[1])
-    found: list[tuple[tuple, CompatibleKey]] = []
     for directory in sorted(p for p in Path(log_dir).iterdir() if p.is_dir() and p.name != own):
         other = _LLVM_KEY.match(directory.name)
         if other is None or other["arch"] != mine["arch"]:
             continue
         features = _key_features(directory, other["arch"], other["mcpu"], other["digest"])
-        if features is None or not features <= host:
+        if features is None:
+            why = f"the ISA features its records need are unknown (no readable {DEVICE_FILE})"
+        elif not features <= host:
+            missing = sorted(features - host)
+            shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+            why = f"its records need {shown}, which this CPU ({mine['mcpu']}) lacks"
+        else:
+            why = ""
+        yield directory, other, features, why
+
+
+def compatible_keys(log_dir: str | Path, target: tvm.target.Target) -> list[CompatibleKey]:
+    """The other keys under `log_dir` whose records this host can run, closest first: same target kind and
+    architecture, every ISA feature the records were built for present here; then ordered by same CPU
+    model, same family (znver4 for znver5), most features shared. A record is valid code on any CPU with
+    its features; only its speed differs, so keys choose, features refuse."""
+    mine = _LLVM_KEY.match(device_key(target))
+    found: list[tuple[tuple, CompatibleKey]] = []
+    for directory, other, features, why in _judged(log_dir, target):
+        if why:
             continue
         if other["mcpu"] == mine["mcpu"]:
             rank, closeness = 0, "same CPU model"
@@ -119,6 +136,11 @@ def compatible_keys(log_dir: str | Path, target: tvm.target.Target) -> list[Comp
             rank, closeness = 2, "compatible ISA"
         found.append(((rank, -len(features), directory.name), CompatibleKey(directory.name, closeness)))
     return [k for _, k in sorted(found)]
+
+
+def refused_keys(log_dir: str | Path, target: tvm.target.Target) -> dict[str, str]:
+    """The other keys of this architecture under `log_dir` whose records never apply here, and why."""
+    return {directory.name: why for directory, _, _, why in _judged(log_dir, target) if why}
 
 
 def device_log_dir(log_dir: str | Path, target: tvm.target.Target) -> Path:

@@ -37,7 +37,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.trace_apply import schedule_using_anchor_trace
 
 from ..fileio import atomic_write
-from .device_key import CompatibleKey, compatible_keys, device_key, device_log_dir
+from .device_key import CompatibleKey, compatible_keys, device_key, device_log_dir, refused_keys
 from .strict import own_pass
 from .tir_pipeline import tir_pipeline_for
 
@@ -455,11 +455,13 @@ def open_database(
         others = (
             sorted(p.name for p in Path(log_dir).iterdir() if p.is_dir()) if Path(log_dir).is_dir() else []
         )
+        refused = refused_keys(log_dir, target)
+        listed = ", ".join(f"{k} (not applied: {refused[k]})" if k in refused else k for k in others)
         log.warning(
             "no tuning records for device %s under %s%s; using default schedules",
             device_key(target),
             log_dir,
-            f" (records exist for: {', '.join(others)})" if others else "",
+            f" (records exist for: {listed})" if others else "",
         )
         return None
     return TuningDatabase(directory, device_key(target), fastest_only=fastest_only)

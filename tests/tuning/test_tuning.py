@@ -366,7 +366,7 @@ def test_records_of_a_compatible_key_apply_with_their_provenance(tuned, tmp_path
     """Where this host's key has no records, a key whose ISA features are all here applies (closest
     first); a key needing one feature more is never applied, however close its name."""
     from nxrt_tvm.epcontext.codec import decode_node
-    from nxrt_tvm.lower.device_key import compatible_keys
+    from nxrt_tvm.lower.device_key import compatible_keys, refused_keys
     from nxrt_tvm.lower.target import hardware_of
 
     logs, _ = tuned
@@ -377,8 +377,9 @@ def test_records_of_a_compatible_key_apply_with_their_provenance(tuned, tmp_path
     feeds = {"x": np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)}
 
     wider = tmp_path / "wider"
-    _key_for(host | {"amx-tile"}, str(target.attrs["mcpu"]), wider, own)  # same CPU name, one more feature
+    refused = _key_for(host | {"amx-tile"}, str(target.attrs["mcpu"]), wider, own)  # one more feature
     assert compatible_keys(wider, target) == []
+    assert "need amx-tile, which this CPU" in refused_keys(wider, target)[refused]  # said, in `plan`
     sess = nx.InferenceSession(model, provider_options=[{"tuning_logs": str(wider)}, {}])
     assert not any(_record_applied(v) for k in sess.kernels().values() for v in k.variants())
 
