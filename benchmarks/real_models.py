@@ -130,6 +130,8 @@ def _run_nxrt(model: Path, feeds: dict, threads: int):
     if os.environ.get("TVM_NUM_THREADS") != str(threads):
         raise RuntimeError(f"TVM_NUM_THREADS is {os.environ.get('TVM_NUM_THREADS')!r}, not {threads}")
     import nxrt_tvm as nx
+    from nxrt_tvm.lower.device_key import device_key
+    from nxrt_tvm.lower.target import make_target
 
     logs = _tuning_logs()
     # the fallback gets onnxruntime's thread count too (its default, 0, is not always `threads` threads)
@@ -153,6 +155,7 @@ def _run_nxrt(model: Path, feeds: dict, threads: int):
                 variants[v.variant] = variants.get(v.variant, 0) + 1
         return {
             "version": nx.__version__,
+            "device": device_key(make_target("llvm")),
             "tuning_logs": None if logs is None else str(logs),
             "shape_build_s": None if serving is sess else serving.load_seconds,
             "tvm_partitions": by_ep.get("TvmExecutionProvider", 0),
@@ -543,7 +546,10 @@ def main(argv=None) -> int:
                     print(f"{name} round {k + 1} {rt}: {state}", file=sys.stderr, flush=True)
             rows.append(summarise(name, runs))
             raw[name] = runs
+    # the CPU the figures hold for (its ISA decides the kernels: AVX-512 and AVX2 hosts differ)
+    device = next((w["device"] for ws in raw.values() for w in ws.get("nxrt-tvm", []) if "device" in w), None)
     print(
+        f"{f'device: {device}, ' if device else ''}"
         f"threads: {args.threads}, rounds: {args.rounds}, windows of {args.repeat} calls for "
         f"{args.span_s:g} s, "
         f"{f'sequence lengths: {args.seq}, ' if args.seq else ''}"
@@ -553,6 +559,7 @@ def main(argv=None) -> int:
     if args.json:
         geo = {key: geomean([r[key] for r in rows]) for key, *_ in RATIOS}
         report = {
+            "device": device,
             "threads": args.threads,
             "rounds": args.rounds,
             "repeat": args.repeat,

@@ -133,3 +133,23 @@ def test_seq_times_the_sequence_models_at_each_length(tmp_path):
     assert "| seq@seq2 |" in proc.stdout and "| seq@seq5 |" in proc.stdout and "| tiny |" not in proc.stdout
     workers = json.loads(report.read_text())["workers"]
     assert workers["seq@seq5"]["onnxruntime"][0]["output_shapes"] == [[1, 5, 2]]
+
+
+def test_the_report_names_the_device_the_figures_hold_for(tmp_path):
+    """Figures hold for one CPU kind (AVX-512 and AVX2 hosts build different kernels): the nxrt-tvm
+    worker reports its device key, and the summary line and the JSON carry it."""
+    pytest.importorskip("onnxruntime")
+    _tiny_model(tmp_path / "tiny.onnx")
+    np.savez(tmp_path / "tiny.feeds.npz", x=np.ones((2, 4), np.float32))
+    entry = {"name": "tiny", "file": "tiny.onnx", "feeds": "tiny.feeds.npz"}
+    (tmp_path / "manifest.json").write_text(json.dumps({"models": [entry]}))
+    report = tmp_path / "report.json"
+    args = ("--dir", tmp_path, "--runtimes", "nxrt-tvm", "--rounds", 1, "--repeat", 2, "--span-s", 0)
+    proc = _run(REAL_MODELS, *args, "--json", report, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    from nxrt_tvm.lower.device_key import device_key
+    from nxrt_tvm.lower.target import make_target
+
+    device = device_key(make_target("llvm"))
+    assert f"device: {device}, threads:" in proc.stdout
+    assert json.loads(report.read_text())["device"] == device
