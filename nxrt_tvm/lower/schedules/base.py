@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Sequence
+from functools import lru_cache
 
 import tvm
 from tvm import s_tir, tirx
@@ -229,20 +230,28 @@ def vector_bits(target: Target) -> int:
     answer (`llvm_get_vector_width`) is 512 for every x86 CPU in TVM 0.27, znver3 and haswell
     included: AVX2 hosts got tiles of 16-lane vectors, each split in two, twice the registers they
     have, and spilled (the bundled model ran slower than onnxruntime on a Zen 3)."""
-    if "x86" in str(target.attrs.get("mtriple", "")) or _x86_host(target):
+    return _vector_bits(str(target))
+
+
+@lru_cache(maxsize=None)
+def _vector_bits(target_json: str) -> int:
+    """`vector_bits` by the target's JSON text (targets hash by identity): each LLVM feature query
+    costs ~0.2 ms, and every rule asks for every kernel."""
+    target = Target(target_json)
+    if _x86(target):
         return next((bits for feature, bits in _X86_VECTORS if target_has_features(feature, target)), 128)
     return 128  # NEON (AArch64), and what any other CPU target has at least
 
 
-def _x86_host(target: Target) -> bool:
-    return "mtriple" not in target.attrs and tvm.target.codegen.llvm_get_system_triple().startswith("x86")
+def _x86(target: Target) -> bool:
+    """Whether `target` is an x86 CPU: its triple, else the host's."""
+    triple = str(target.attrs.get("mtriple", "")) or str(tvm.target.codegen.llvm_get_system_triple())
+    return "x86" in triple
 
 
 def vector_registers(target: Target) -> int:
     """Vector registers the target CPU has: 32 with AVX-512 and on AArch64, 16 on other x86."""
-    if vector_bits(target) == 512 or not ("x86" in str(target.attrs.get("mtriple", "")) or _x86_host(target)):
-        return 32
-    return 16
+    return 16 if _x86(target) and vector_bits(target) < 512 else 32
 
 
 def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
