@@ -685,10 +685,6 @@ class _MatMulInteger(onnx_frontend.MatMulInteger):
         return relax.op.astype(relax.op.matmul(a, b, out_dtype="float32"), "int32")
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class _Recurrent(onnx_frontend.OnnxOpConverter):
     """ONNX LSTM and GRU (layout 0, default activations; the claim rule sees to the rest): every step's
     input projection as one matmul (constant weights prepacked), the biases that add to it folded in,
@@ -703,7 +699,7 @@ class _Recurrent(onnx_frontend.OnnxOpConverter):
         lstm = cls.cell == "LSTM"
         spec = Recurrence(
             cls.cell,
-            _text(attr.get("direction", "forward")),
+            attr.get("direction", b"forward").decode(),  # TVM's attribute parser gives strings as bytes
             int(_dims(r)[-1]),  # R's static [D, gates * H, H]; the attribute is optional
             bool(attr.get("linear_before_reset", 0)) and not lstm,
         )
