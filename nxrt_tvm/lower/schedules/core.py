@@ -126,7 +126,9 @@ def _whole_rows(extent: tirx.Expr) -> bool:
     return not _ragged(extent, TILE_I)
 
 
-def pick_j_tile(extent: int | None, lanes: int, vectors: int, paddable: bool = False) -> tuple[int, int]:
+def pick_j_tile(
+    extent: int | None, lanes: int, vectors: int, paddable: bool = False, load_bound: bool = False
+) -> tuple[int, int]:
     """(tile, vector width) along j: a tile that divides the extent when one fills vectors well.
 
     Extents such as 7, 14, 28 or 56 (conv widths) get 7-, 14- or 28-wide tiles
@@ -135,6 +137,10 @@ def pick_j_tile(extent: int | None, lanes: int, vectors: int, paddable: bool = F
     full tile and a checked tail. Where padding j costs nothing at run time (`paddable`: a weight
     packed at compile time), the full tile padded wins when it fills vectors better: 1000 classes ran
     10 of 16 lanes in 20-wide tiles (SqueezeNet's last conv 1.9x onnxruntime's), 1024 padded use them all.
+    Where a tile of one vector a row is bound by its loads (`load_bound`: AVX2, a row value loaded for
+    every FMA), a dividing tile of fewer vectors counts only its share of the full tile's: a
+    [168, 512] x [512, 1000] dense layer on a Zen 3 ran 8-wide tiles 1.7x slower than 16-wide ones
+    padded to 1008 columns. AVX-512 tiles are not measured so, and not changed.
     """
     full = (lanes * vectors, lanes)
     if extent is None or extent % full[0] == 0:
@@ -148,6 +154,8 @@ def pick_j_tile(extent: int | None, lanes: int, vectors: int, paddable: bool = F
         score = tile / (tile // vec * lanes)  # useful lanes per vector register used
         if score > best_score or (score == best_score and tile > best[0]):
             best, best_score = (tile, vec), score
+    if paddable and load_bound:
+        best_score *= min(1.0, best[0] // best[1] / vectors)
     return best if best_score >= max(0.4, padded_score) else full
 
 
@@ -326,7 +334,8 @@ def tile_contraction(
     # `pad_einsum` pads); elsewhere it keeps a checked column tail (padded, it would be copied at every
     # call) and is not packed (the panels would not tile it).
     paddable = weight is not None and _plain_indices(sch.get(block))
-    tile_j, vec = pick_j_tile(j_extent, lanes, VECTORS_J, paddable)
+    load_bound = vector_registers(target) < 32
+    tile_j, vec = pick_j_tile(j_extent, lanes, VECTORS_J, paddable, load_bound)
     pad_j = _ragged(sch.get(loops[shape.spatial - 1]).extent, tile_j)
     if weight is not None and pad_j and not paddable:
         weight, pad_j = None, False
