@@ -96,18 +96,34 @@ def interleaved_medians(
     rounds: int = 5,
     warmup: int = 1,
     budget_s: float | None = None,
+    warmup_s: float = 0.0,
+    settle_s: float = 0.0,
 ) -> dict[str, float]:
     """Per name, the median over `rounds` of its median of
     `repeat` calls; the rounds alternate between the names.
 
     With `budget_s`, each round of each name gets an equal share of it (see `median_seconds`).
+    `warmup_s`: each name is first called, untimed, for that long (a fresh process ran its first ~100
+    calls of a 0.3 ms model at up to 2x). `settle_s`: before each round, untimed calls for that long:
+    the previous name's thread pool spins on after its last call and takes a core (the demo model on
+    onnxruntime in two sessions, rounds of 20 calls: 1.5-1.8x between them; settled 50 ms: 1.0x).
     """
+    for fn in fns.values():
+        _call_for(fn, warmup_s)
     share = None if budget_s is None else budget_s / (rounds * max(len(fns), 1))
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for k in range(rounds):
         for name, fn in fns.items():
+            _call_for(fn, settle_s)
             samples[name].append(median_seconds(fn, repeat, warmup=warmup if k == 0 else 0, budget_s=share))
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _call_for(fn: Callable[[], object], seconds: float) -> None:
+    """Untimed calls of `fn` for `seconds` (none where 0)."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        fn()
 
 
 @dataclass
