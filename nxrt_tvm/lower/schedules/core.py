@@ -23,6 +23,9 @@ nothing at run time.
 ``i`` and ``j`` extents the tile does not divide (a symbolic sequence, ViT's
 197 patches) are padded to whole tiles (`pad_einsum`), so the register tile
 stays static and unpredicated; the epilogue writes only the real elements.
+A convolution, which `pad_einsum` cannot pad, whose rows of pixels no row tile
+divides (7 or 14 in AVX2's 6-row tiles) tiles its image's pixels as one axis
+instead (`_pixel_rows`): one ragged tile per image, not one per row.
 """
 
 from __future__ import annotations
