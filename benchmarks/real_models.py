@@ -205,10 +205,7 @@ def worker(
     make = {"onnxruntime": _run_onnxruntime, "openvino": _run_openvino, "nxrt-tvm": _run_nxrt}[runtime]
     ready, run, describe = make(model, feeds, threads)
     # at least SPECIALISE_AFTER calls: a nxrt-tvm session builds for shapes its calls repeat on the third
-    warm_until, calls = time.perf_counter() + WARMUP_S, 0
-    while time.perf_counter() < warm_until or calls < WARMUP_CALLS:
-        run()
-        calls += 1
+    _timing().warm_up(run, WARMUP_S, WARMUP_CALLS)
     shapes = _save_outputs(out, run())  # what the timed calls run, checked for parity
     windows = _timing().timed_windows(run, repeat, span_s=span_s)
     return {

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "median_seconds",
+    "warm_up",
     "interleaved_medians",
     "Windows",
     "timed_windows",
@@ -109,21 +110,22 @@ def interleaved_medians(
     onnxruntime in two sessions, rounds of 20 calls: 1.5-1.8x between them; settled 50 ms: 1.0x).
     """
     for fn in fns.values():
-        _call_for(fn, warmup_s)
+        warm_up(fn, warmup_s)
     share = None if budget_s is None else budget_s / (rounds * max(len(fns), 1))
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for k in range(rounds):
         for name, fn in fns.items():
-            _call_for(fn, settle_s)
+            warm_up(fn, settle_s)
             samples[name].append(median_seconds(fn, repeat, warmup=warmup if k == 0 else 0, budget_s=share))
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def _call_for(fn: Callable[[], object], seconds: float) -> None:
-    """Untimed calls of `fn` for `seconds` (none where 0)."""
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
+def warm_up(fn: Callable[[], object], seconds: float, calls: int = 0) -> None:
+    """Untimed calls of `fn` for at least `seconds` and at least `calls` calls (none where both are 0)."""
+    deadline, made = time.perf_counter() + seconds, 0
+    while time.perf_counter() < deadline or made < calls:
         fn()
+        made += 1
 
 
 @dataclass
