@@ -400,7 +400,8 @@ def tile_contraction(
     n_spatial, i_axis = shape.spatial, shape.i_axis
     merge = None if padded else _pixel_rows(sch, shape, loops, tile_i, epilogue)
     if merge is not None:  # the rows and the axis outside them as one
-        sch.transform_block_layout(block, _merged(len(loops), merge[0], merge[2]))
+        row_axis, out_axis, width = merge
+        sch.transform_block_layout(block, _merged(len(loops), row_axis, width))
         loops = sch.get_loops(block)
         n_spatial, i_axis = n_spatial - 1, i_axis - 1
     spatial, reduce = list(loops[:n_spatial]), list(loops[n_spatial:])
@@ -435,10 +436,10 @@ def tile_contraction(
     elif epilogue:
         sch.reverse_compute_inline(epilogue[-1])
     if merge is not None:  # the write-back reads the tile's pixels as the tile wrote them
-        _, at, width = merge  # the write-back iterates over the output's indices
-        ndim = len(sch.get(block).writes[0].source.shape)
-        sch.transform_layout(block, ("write", 0), _merged(ndim, at, width))
-        sch.transform_block_layout(write_back, _merged(ndim, at, width))
+        # the accumulator and the write-back (which iterates over the output's indices) merge alike
+        out_merged = _merged(len(sch.get(block).writes[0].source.shape), out_axis, width)
+        sch.transform_layout(block, ("write", 0), out_merged)
+        sch.transform_block_layout(write_back, out_merged)
     sch.reverse_compute_at(write_back, tiles[-1], preserve_unit_loops=True)
     wb_loops = sch.get_loops(write_back)[len(tiles) :]
     if wb_loops:
