@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import model_zoo
 import pytest
 import tvm
@@ -118,6 +120,12 @@ def test_cost_policy_shows_its_estimate_in_the_plan():
     assert all(c.source.startswith("measured") or c.source == "unestimated" for c in costs)
     tvm = [p for p in sess.plan.partitions if str(p.ep) == "TvmExecutionProvider"]
     measured_slower = [d for d in sess.plan.declines if "claim_policy='cost'" in d.detail]
-    # static shapes are always measured: each kept partition shows its latency, each dropped one says why
+    # static shapes are always measured: each kept partition shows its latency, each dropped one says why:
+    # measured after its build (" us on TVM"), or, where onnxruntime ran it alone faster than a TVM call's
+    # floor in this host's fast regime (this 9-node CNN: 26-64 us), before it ("alone in ... (not built)")
     assert all(p.cost.latency_us is not None and p.cost.source.startswith("measured") for p in tvm)
-    assert tvm or (measured_slower and all(" us on TVM" in d.detail for d in measured_slower))
+    said = [
+        " us on TVM" in d.detail or re.search(r"alone in .* \(not built\)$", d.detail)
+        for d in measured_slower
+    ]
+    assert tvm or (measured_slower and all(said))
