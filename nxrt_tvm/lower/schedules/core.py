@@ -148,9 +148,10 @@ def pick_j_tile(
     Extents such as 7, 14, 28 or 56 (conv widths) get 7-, 14- or 28-wide tiles
     instead of a 32-wide tile with a bounds check, which the vectoriser
     would turn back into scalar code; symbolic or awkward extents get the
-    full tile and a checked tail. Where padding j costs nothing at run time (`paddable`: a weight
-    packed at compile time), the full tile padded wins when it fills vectors better: 1000 classes ran
-    10 of 16 lanes in 20-wide tiles (SqueezeNet's last conv 1.9x onnxruntime's), 1024 padded use them all.
+    full tile and a checked tail. Where j can be padded (`paddable`: an einsum; a weight is padded as it
+    is packed at compile time, an activation by a copy), the full tile padded wins when it fills vectors
+    better: 1000 classes ran 10 of 16 lanes in 20-wide tiles (SqueezeNet's last conv 1.9x onnxruntime's),
+    1024 padded use them all.
     Where a tile of one vector a row is bound by its loads (`load_bound`: AVX2, a row value loaded for
     every FMA), a dividing tile of fewer vectors counts only its share of the full tile's: a
     [168, 512] x [512, 1000] dense layer on a Zen 3 ran 8-wide tiles 1.7x slower than 16-wide ones
@@ -173,16 +174,21 @@ def pick_j_tile(
     return best if best_score >= max(0.4, padded_score) else full
 
 
-def pick_i_tile(extent: int | None, tile: int) -> int:
+def pick_i_tile(extent: int | None, tile: int, paddable: bool = False) -> int:
     """Rows of the register tile: one that divides the extent when there is one near `tile`.
 
     A 14-wide conv output split into 8 + 6 rows runs its last tile predicated (the
-    unrolled rows all check bounds): 14 and 28 get 7 rows, 56 gets 8.
+    unrolled rows all check bounds): 14 and 28 get 7 rows, 56 gets 8. Where the rows can be padded
+    (`paddable`: an einsum), the full tile padded wins when it keeps more of its FMAs busy: 128
+    sequence rows ran in 4-row tiles on AVX2 (6 rows a tile), Whisper's 500 frames in 5-row ones
+    (its attention scores 1.27x slower than in 6-row tiles over 504 padded rows).
     """
     if extent is None:
         return tile
     for rows in range(min(tile, extent), max(tile // 2, 1) - 1, -1):
         if extent % rows == 0:
+            if paddable and extent / (-(-extent // tile) * tile) > rows / tile:
+                return tile
             return rows
     return min(tile, extent)
 
@@ -373,10 +379,12 @@ def tile_contraction(
 
     loops = sch.get_loops(block)
     j_extent = extent_of(sch, loops[shape.spatial - 1])
-    # A constant weight is padded with its packing, at compile time, where the block is an einsum (which
-    # `pad_einsum` pads); elsewhere it keeps a checked column tail (padded, it would be copied at every
-    # call) and is not packed (the panels would not tile it).
-    paddable = weight is not None and _plain_indices(sch.get(block))
+    # An einsum (which `pad_einsum` pads) pads its tile axes where full tiles use more of the vectors: a
+    # constant weight with its packing, at compile time; an operand computed at run time by a copy, one
+    # row of the work's K (Whisper's attention scores over 500 positions ran 10-wide tiles as 5-lane
+    # vectors, 1.76x slower). Elsewhere a constant weight keeps a checked column tail (padded, it would
+    # be copied at every call) and is not packed (the panels would not tile it).
+    paddable = _plain_indices(sch.get(block))
     load_bound = vector_registers(target) < 32
     tile_j, vec = pick_j_tile(j_extent, lanes, VECTORS_J, paddable, load_bound)
     pad_j = _ragged(sch.get(loops[shape.spatial - 1]).extent, tile_j)
@@ -389,7 +397,7 @@ def tile_contraction(
         padding[shape.spatial - 1] = tile_j
     if shape.i_axis is not None and tile_i > 1:
         i_extent = extent_of(sch, loops[shape.i_axis])
-        whole = pick_i_tile(i_extent, tile_i)
+        whole = pick_i_tile(i_extent, tile_i, paddable)
         if i_extent != 1 and _ragged(sch.get(loops[shape.i_axis]).extent, whole):
             padding[shape.i_axis] = whole
     padded = any(p > 1 for p in padding) and _pad_to_tiles(

@@ -227,10 +227,10 @@ class RowReduction(CpuRule):
                 or len(sch.get(info.block_rv).writes) != 1
             ):
                 return None
-        for info in blocks[:-1]:
-            # one consumer: inlined; more (softmax's exp, read by
-            # its sum and its normalisation): computed once per row
-            if info.is_injective() and len(sch.get_consumers(info.block_rv)) == 1:
+        for name, info in zip(names[:-1], blocks[:-1]):
+            # one consumer: inlined; more (softmax's exp, read by its sum and its normalisation), or one
+            # value a row (softmax's reciprocal of its sum): computed once per row
+            if info.is_injective() and name not in per_row and len(sch.get_consumers(info.block_rv)) == 1:
                 sch.compute_inline(info.block_rv)
         padded: set[str] = set()  # blocks writing vectors padded with a reduction's identity
         if whole is None or width % lanes:
