@@ -466,8 +466,8 @@ def test_rows_that_can_be_padded_take_the_full_tile_where_it_keeps_more_fmas_bus
 def test_activation_columns_no_full_tile_divides_are_padded_not_split_into_odd_vectors(cpu, lanes):
     """Attention scores over 50 (Whisper's 500) positions: a 10-wide tile divides the columns, but as two
     5-lane vectors a row (62 % of the lanes); the key operand is copied padded to full tiles instead (its
-    copy is one row of the work's K rows): Whisper's [4, 500, 32] x [4, 32, 500] scores 862 -> 490 us on a
-    Zen 3, interleaved in one process. Every vector is the target's width."""
+    copy is K x N elements against the M x K x N FMAs): Whisper's [4, 500, 32] x [4, 32, 500] scores
+    862 -> 490 us on a Zen 3, interleaved in one process. Every vector is the target's width."""
     target = make_target({"kind": "llvm", "mcpu": cpu})
     lowered = pipeline.lowering_pipeline(target, pipeline.Lowering())(
         import_onnx(batch_matmul(2, 50, 16, 50))

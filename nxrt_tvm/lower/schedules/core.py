@@ -140,6 +140,11 @@ def _whole_rows(extent: tirx.Expr) -> bool:
     return not _ragged(extent, TILE_I)
 
 
+def _filled(extent: int, tile: int) -> float:
+    """The share of `extent` padded to whole tiles that is real (500 in tiles of 16: 500 / 512)."""
+    return extent / (-(-extent // tile) * tile)
+
+
 def pick_j_tile(
     extent: int | None, lanes: int, vectors: int, paddable: bool = False, load_bound: bool = False
 ) -> tuple[int, int]:
@@ -160,7 +165,7 @@ def pick_j_tile(
     full = (lanes * vectors, lanes)
     if extent is None or extent % full[0] == 0:
         return full
-    padded_score = extent / (-(-extent // full[0]) * full[0]) if paddable else 0.0
+    padded_score = _filled(extent, full[0]) if paddable else 0.0
     best, best_score = full, 0.0
     for tile in range(1, min(extent, lanes * vectors) + 1):
         if extent % tile:
@@ -187,7 +192,7 @@ def pick_i_tile(extent: int | None, tile: int, paddable: bool = False) -> int:
         return tile
     for rows in range(min(tile, extent), max(tile // 2, 1) - 1, -1):
         if extent % rows == 0:
-            if paddable and extent / (-(-extent // tile) * tile) > rows / tile:
+            if paddable and _filled(extent, tile) > rows / tile:
                 return tile
             return rows
     return min(tile, extent)
@@ -380,10 +385,10 @@ def tile_contraction(
     loops = sch.get_loops(block)
     j_extent = extent_of(sch, loops[shape.spatial - 1])
     # An einsum (which `pad_einsum` pads) pads its tile axes where full tiles use more of the vectors: a
-    # constant weight with its packing, at compile time; an operand computed at run time by a copy, one
-    # row of the work's K (Whisper's attention scores over 500 positions ran 10-wide tiles as 5-lane
-    # vectors, 1.76x slower). Elsewhere a constant weight keeps a checked column tail (padded, it would
-    # be copied at every call) and is not packed (the panels would not tile it).
+    # constant weight with its packing, at compile time; an operand computed at run time by a copy (its
+    # K x N elements, against M x K x N FMAs: Whisper's attention scores over 500 positions ran 10-wide
+    # tiles as 5-lane vectors, 1.76x slower). Elsewhere a constant weight keeps a checked column tail
+    # (padded, it would be copied at every call) and is not packed (the panels would not tile it).
     paddable = _plain_indices(sch.get(block))
     load_bound = vector_registers(target) < 32
     tile_j, vec = pick_j_tile(j_extent, lanes, VECTORS_J, paddable, load_bound)
