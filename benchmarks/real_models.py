@@ -1,34 +1,39 @@
 """nxrt-tvm against onnxruntime and OpenVINO on the real-model corpus (benchmarks/corpus.py).
 
-    python benchmarks/real_models.py [--dir DIR] [--only NAME,...] [--rounds 2] [--repeat 20] [--span-s 1.5]
-        [--threads 2] [--json OUT] [--timeout-s 600] [--runtimes onnxruntime,nxrt-tvm,openvino]
-        [--seq 16,128]
+    python benchmarks/real_models.py [--dir DIR] [--only NAME,...] [--rounds 12] [--window-s 0.3]
+        [--min-calls 3] [--threads 2] [--json OUT] [--timeout-s 600]
+        [--runtimes onnxruntime,nxrt-tvm,openvino] [--seq 16,128]
 
-Reads ``DIR/manifest.json`` (make the corpus first: ``python benchmarks/corpus.py``). Every runtime
-runs in a worker process of its own (``real_models.py --worker RUNTIME MODEL ...``, one JSON line
-out), once a round; the rounds alternate the order of the runtimes. All get the same thread count:
+Reads ``DIR/manifest.json`` (make the corpus first: ``python benchmarks/corpus.py``). For each model,
+every runtime gets a worker process of its own (``real_models.py --worker RUNTIME MODEL ...``), made one
+after the other: it makes its session, runs it untimed for ``WARMUP_S`` (and at least ``WARMUP_CALLS``
+runs), saves its outputs for the parity check and waits. Then ``--rounds`` rounds, the order of the
+runtimes alternating, each worker in turn timing one window while the others wait idle: ``SETTLE_S`` of
+untimed runs (the previous worker's thread pool may still spin, its data left the caches), then runs
+timed for ``--window-s`` (at least ``--min-calls``; ``nxrt_tvm.timing.timed_window``). This host's speed
+changes between regimes seconds apart: every runtime's windows are spread over the same span, and each
+ratio is taken round by round, between windows seconds apart, not between processes minutes apart
+(one process after the other, 2 rounds, put an all-onnxruntime nxrt-tvm plan at 1.23x onnxruntime).
+
+All get the same thread count:
 onnxruntime ``intra_op_num_threads``, OpenVINO ``INFERENCE_NUM_THREADS`` (with ``PERFORMANCE_HINT``
 LATENCY and ``INFERENCE_PRECISION_HINT`` f32: its default on AVX-512-BF16 CPUs is bf16), nxrt-tvm
 ``TVM_NUM_THREADS`` with the default ``InferenceSession`` options (plus the repository's
 ``tuning_logs`` when they have a folder for this machine's device key), its fallback
-``intra_op_num_threads``.
-
-Each worker reports the time to a ready session and, after ``WARMUP_S`` (and at least ``WARMUP_CALLS``)
-of untimed runs, the latency of windows of ``--repeat`` runs timed for ``--span-s`` seconds
-(``nxrt_tvm.timing.timed_windows``): the median of all those runs, and the fastest window's median. It
-saves its outputs for the parity check; nxrt-tvm's also its TVM and CPU partitions and the
+``intra_op_num_threads``. nxrt-tvm's worker reports its TVM and CPU partitions and the
 implementation of each TVM kernel (``kernel_variants()``), of the session that ran the timed calls: a
 model with symbolic input dims is built again for the feeds' shapes on the third call with them
 (``nxrt_tvm.runtime.specialise``), and that build's time is its own column, not part of the ready time.
 The session has no per-kernel timing, so the tvm-default column counts kernels (those that run TVM's
 untuned default lowering: no tuning record and no schedule rule), not run time.
 
-The table: median latency of each runtime (median over the rounds), nxrt/ORT and nxrt/OV (the
-median of the per-round ratios), the same ratios of the fastest windows (the speed with the least
-interference from the rest of a shared machine, as `timeit` advises its minimum), ready times,
-partitions, tvm-default kernels, and parity: the largest relative difference over the outputs,
-``max|a - b| / max(max|b|, 1e-6)`` with onnxruntime as ``b``. The last row is the geomean of the
-ratios. A worker that crashes or runs past ``--timeout-s`` is reported in its cell; the run goes on.
+The table: median latency of each runtime (over all its timed runs), nxrt/ORT and nxrt/OV (the
+median of the per-round ratios of the windows' medians), the same ratios of the fastest windows (the
+speed with the least interference from the rest of a shared machine, as `timeit` advises its minimum),
+ready times, partitions, tvm-default kernels, and parity: the largest relative difference over the
+outputs, ``max|a - b| / max(max|b|, 1e-6)`` with onnxruntime as ``b``. The last row is the geomean of
+the ratios. A worker that crashes or runs past ``--timeout-s`` (to be ready, or for a window) is
+reported in its cell; the run goes on.
 OpenVINO is optional (``pip install -e '.[bench]'``): without it its columns are left out, said.
 
 ``--seq 16,128`` times the models with a symbolic sequence dim (the transformer exports) at each
@@ -46,11 +51,13 @@ import importlib.util
 import json
 import math
 import os
+import queue
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -192,92 +199,194 @@ def _timing():
 WARMUP_S = 0.5
 #: and at least this many (nxrt_tvm.runtime.specialise.SPECIALISE_AFTER, not imported: see `_timing`)
 WARMUP_CALLS = 3
-#: then timed windows of `--repeat` calls for at least this long: this host's speed changes between
-#: regimes seconds apart (onnxruntime on a 0.3 ms model: 290 or 520 us per call for seconds at a time),
-#: and 20 calls landed each worker in one regime (an all-onnxruntime nxrt-tvm plan measured 1.5x onnxruntime)
-SPAN_S = 1.5
+#: each window first runs untimed for this long (at least one call): the process timed before it leaves
+#: its thread pool spinning for a while and its data in the caches
+SETTLE_S = 0.05
+#: a window's timed calls run for at least this long (and at least `--min-calls`)
+WINDOW_S = 0.3
+#: rounds of windows, one window of every runtime a round: this host's speed changes between regimes
+#: seconds apart (onnxruntime on a 0.3 ms model: 290 or 520 us per call for seconds at a time), so each
+#: runtime's windows are spread over the whole span and the ratio is taken round by round
+ROUNDS = 12
+READY, WINDOW = "READY ", "WINDOW "
 
 
 def worker(
-    runtime: str, model: Path, feeds_path: Path, out: Path, threads: int, repeat: int, span_s: float
-) -> dict:
+    runtime: str, model: Path, feeds_path: Path, out: Path, threads: int, min_calls: int, window_s: float
+) -> int:
+    """Make the session, warm it, save its outputs, say READY; then time one window per `window` line on
+    stdin, and report (RESULT) at `done`."""
     feeds = _load_feeds(feeds_path)
     make = {"onnxruntime": _run_onnxruntime, "openvino": _run_openvino, "nxrt-tvm": _run_nxrt}[runtime]
     ready, run, describe = make(model, feeds, threads)
+    timing = _timing()
     # at least SPECIALISE_AFTER calls: a nxrt-tvm session builds for shapes its calls repeat on the third
-    _timing().warm_up(run, WARMUP_S, WARMUP_CALLS)
+    timing.warm_up(run, WARMUP_S, WARMUP_CALLS)
     shapes = _save_outputs(out, run())  # what the timed calls run, checked for parity
-    windows = _timing().timed_windows(run, repeat, span_s=span_s)
-    return {
-        "ok": True,
-        "runtime": runtime,
-        "model": model.name,
-        "threads": threads,
-        "ready_s": ready,
-        "median_ms": windows.median_s * 1e3,
-        "best_ms": windows.best_s * 1e3,
-        "windows": len(windows.window_medians_s),
-        "output_shapes": shapes,
-        "outputs": str(out),
-        **describe(),
-    }
+    _say(READY, {"ready_s": ready, "output_shapes": shapes})
+    for line in sys.stdin:
+        if line.strip() == "window":
+            _say(WINDOW, {"samples_s": timing.timed_window(run, window_s, min_calls, settle_s=SETTLE_S)})
+        elif line.strip() == "done":
+            break
+    _say(RESULT, {"ok": True, "runtime": runtime, "model": model.name, "threads": threads, **describe()})
+    return 0
+
+
+def _say(prefix: str, message: dict) -> None:
+    print(prefix + json.dumps(message), flush=True)
 
 
 def _worker_main(args: argparse.Namespace) -> int:
     runtime, model = args.worker
     try:
-        result = worker(runtime, Path(model), args.feeds, args.out, args.threads, args.repeat, args.span_s)
+        return worker(runtime, Path(model), args.feeds, args.out, args.threads, args.min_calls, args.window_s)
     except Exception as exc:  # the parent reports it in the runtime's cell
-        result = {"ok": False, "runtime": runtime, "error": f"{type(exc).__name__}: {exc}"[:2000]}
-    print(RESULT + json.dumps(result), flush=True)
-    return 0
+        _say(RESULT, {"ok": False, "runtime": runtime, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+        return 0
 
 
 # ------------------------------------------------------------------ parent
 
 
-def _spawn(runtime: str, model: Path, feeds: Path, out: Path, args: argparse.Namespace) -> dict:
-    env = dict(os.environ, TVM_NUM_THREADS=str(args.threads))
-    options = {
-        "--feeds": feeds,
-        "--out": out,
-        "--threads": args.threads,
-        "--repeat": args.repeat,
-        "--span-s": args.span_s,
-    }
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", runtime, str(model)]
-    cmd += [str(v) for item in options.items() for v in item]
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+class WorkerFailed(Exception):
+    """A worker that reported an error, crashed or ran past its time: `cell` is what its table cell says."""
+
+    def __init__(self, error: str, cell: str):
+        super().__init__(error)
+        self.cell = cell
+
+
+class Worker:
+    """One runtime's worker process for one model, driven line by line (`worker`)."""
+
+    def __init__(self, runtime: str, model: Path, feeds: Path, out: Path, args: argparse.Namespace):
+        self.runtime, self.timeout_s = runtime, args.timeout_s
+        env = dict(os.environ, TVM_NUM_THREADS=str(args.threads))
+        options = {
+            "--feeds": feeds,
+            "--out": out,
+            "--threads": args.threads,
+            "--min-calls": args.min_calls,
+            "--window-s": args.window_s,
+        }
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", runtime, str(model)]
+        cmd += [str(v) for item in options.items() for v in item]
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: TVM may write much to it
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            start_new_session=True,
+        )
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith((READY, WINDOW, RESULT)):
+                self._lines.put(line)
+        self._lines.put(None)  # end of output: the worker exited
+
+    def _next(self, prefix: str) -> dict:
+        try:
+            line = self._lines.get(timeout=self.timeout_s)
+        except queue.Empty:
+            self.kill()
+            raise WorkerFailed(f"timeout after {self.timeout_s:g} s", "timeout") from None
+        if line is None:
+            self.proc.wait()
+            self._stderr.seek(0)
+            tail = self._stderr.read().strip().splitlines()[-5:]
+            code = self.proc.returncode
+            how = f"signal {-code}" if code < 0 else f"exit {code}"
+            raise WorkerFailed(f"crashed ({how}): " + " | ".join(tail), f"crash ({how})")
+        message = json.loads(line[line.index(" ") + 1 :])
+        if line.startswith(RESULT) and not message["ok"]:
+            raise WorkerFailed(message["error"], "error")
+        if not line.startswith(prefix):
+            raise WorkerFailed(f"expected {prefix.strip()}, got {line[:200]}", "error")
+        return message
+
+    def _send(self, command: str) -> None:
+        try:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        except OSError:  # it exited: _next says how
+            pass
+
+    def ready(self) -> dict:
+        return self._next(READY)
+
+    def window(self) -> list[float]:
+        self._send("window")
+        return self._next(WINDOW)["samples_s"]
+
+    def finish(self) -> dict:
+        self._send("done")
+        return self._next(RESULT)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and anything it started (its group)
+        self.proc.wait()
+
+
+def time_model(
+    name: str, model: Path, feeds: Path, runtimes: list[str], tmp: Path, args: argparse.Namespace
+) -> dict[str, dict]:
+    """Per runtime, its report: every worker made and warmed (one at a time), then `args.rounds` rounds
+    of one window each, the order alternating; a worker that fails is reported, the rest go on."""
+    workers: dict[str, Worker] = {}
+    results: dict[str, dict] = {}
+    for rt in runtimes:
+        out = tmp / f"{name}.{rt}.npz"
+        started = time.perf_counter()
+        worker = Worker(rt, model, feeds, out, args)
+        try:
+            ready = worker.ready()
+        except WorkerFailed as exc:
+            results[rt] = _failed(rt, exc)
+            continue
+        workers[rt] = worker
+        results[rt] = {"ok": True, "runtime": rt, "outputs": str(out), "windows_ms": [], **ready}
+        results[rt]["start_wall_s"] = time.perf_counter() - started
     try:
-        stdout, stderr = proc.communicate(timeout=args.timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it started (its own group)
-        proc.communicate()
-        return {
-            "ok": False,
-            "runtime": runtime,
-            "error": f"timeout after {args.timeout_s:g} s",
-            "cell": "timeout",
-        }
-    wall = time.perf_counter() - started
-    lines = [line for line in stdout.splitlines() if line.startswith(RESULT)]
-    if not lines:
-        tail = (stderr or stdout).strip().splitlines()[-5:]
-        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-        return {
-            "ok": False,
-            "runtime": runtime,
-            "error": f"crashed ({how}): " + " | ".join(tail),
-            "cell": f"crash ({how})",
-        }
-    result = json.loads(lines[-1][len(RESULT) :])
-    result["worker_wall_s"] = wall
-    if not result["ok"]:
-        result["cell"] = "error"
-    return result
+        for k in range(args.rounds):
+            for rt in _order(list(workers), k):
+                try:
+                    samples = workers[rt].window()
+                except WorkerFailed as exc:
+                    results[rt] = _failed(rt, exc)
+                    del workers[rt]
+                    continue
+                results[rt]["windows_ms"].append([s * 1e3 for s in samples])
+        for rt, worker in list(workers.items()):
+            try:
+                results[rt].update(worker.finish())
+            except WorkerFailed as exc:
+                results[rt] = _failed(rt, exc)
+    finally:
+        for worker in workers.values():
+            worker.kill()
+    for rt, r in results.items():
+        if r["ok"]:
+            medians = [statistics.median(w) for w in r["windows_ms"]]
+            r["median_ms"] = statistics.median([s for w in r["windows_ms"] for s in w])
+            r["best_ms"] = min(medians)
+            r["window_medians_ms"] = medians
+            state = f"{r['median_ms']:.3f} ms ({len(medians)} windows)"
+        else:
+            state = " ".join(r["error"].split())[:200]
+        print(f"{name} {rt}: {state}", file=sys.stderr, flush=True)
+    return results
+
+
+def _failed(runtime: str, exc: WorkerFailed) -> dict:
+    return {"ok": False, "runtime": runtime, "error": str(exc)[:2000], "cell": exc.cell}
 
 
 def rel_diff(outputs: Path, reference: Path) -> float:
@@ -303,42 +412,42 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarise(name: str, runs: dict[str, list[dict]]) -> dict:
-    """One table row from the per-round worker results of one model."""
+def summarise(name: str, runs: dict[str, dict]) -> dict:
+    """One table row from one model's worker reports (`time_model`)."""
     row: dict = {"model": name, "runtimes": {}}
-    for rt, results in runs.items():
-        ok = [r for r in results if r["ok"]]
+    for rt, r in runs.items():
         row["runtimes"][rt] = {
-            "median_ms": _median([r["median_ms"] for r in ok]),
-            "ready_s": _median([r["ready_s"] for r in ok]),
-            "failures": [r["error"] for r in results if not r["ok"]],
-            "cell": next((r["cell"] for r in results if not r["ok"]), None) if not ok else None,
+            "median_ms": r.get("median_ms"),
+            "ready_s": r.get("ready_s"),
+            "failures": [] if r["ok"] else [r["error"]],
+            "cell": None if r["ok"] else r["cell"],
         }
-    nx = runs.get("nxrt-tvm", [])
-    for key, _, metric, peer in RATIOS:
-        ratios = [
-            a[metric] / b[metric]
-            for a, b in zip(nx, runs.get(peer, []))
-            if a["ok"] and b["ok"] and b[metric] > 0
-        ]
-        row[key] = _median(ratios)
-    ok_nx = next((r for r in nx if r["ok"]), None)
-    if ok_nx is not None:
+    nx = runs.get("nxrt-tvm", {"ok": False})
+    for key, _, best, peer in RATIOS:
+        other = runs.get(peer, {"ok": False})
+        if not (nx["ok"] and other["ok"]):
+            row[key] = None
+        elif best:  # the fastest windows: the speed with the least interference from the machine
+            row[key] = nx["best_ms"] / other["best_ms"]
+        else:  # round by round: both runtimes' windows of a round saw the same regime of the host
+            pairs = zip(nx["window_medians_ms"], other["window_medians_ms"])
+            row[key] = _median([a / b for a, b in pairs])
+    if nx["ok"]:
         for k in (
             "tvm_partitions",
             "cpu_partitions",
             "tvm_default_kernels",
             "tvm_kernels",
             "kernel_variants",
+            "tuning_logs",
+            "shape_build_s",
         ):
-            row[k] = ok_nx.get(k)
-        row["tuning_logs"] = ok_nx.get("tuning_logs")
-        builds = [r["shape_build_s"] for r in nx if r["ok"] and r.get("shape_build_s") is not None]
-        row["shape_build_s"] = _median(builds)
-    ref = next((r for r in runs.get("onnxruntime", []) if r["ok"]), None)
+            row[k] = nx.get(k)
+    ref = runs.get("onnxruntime", {"ok": False})
     for rt, key in (("nxrt-tvm", "parity_nxrt"), ("openvino", "parity_ov")):
-        got = next((r for r in runs.get(rt, []) if r["ok"]), None)
-        row[key] = rel_diff(Path(got["outputs"]), Path(ref["outputs"])) if got and ref else None
+        got = runs.get(rt, {"ok": False})
+        ok = got["ok"] and ref["ok"]
+        row[key] = rel_diff(Path(got["outputs"]), Path(ref["outputs"])) if ok else None
     return row
 
 
@@ -352,10 +461,10 @@ def _fmt(value, spec: str, missing: str = "-") -> str:
 
 
 SHORT = {"onnxruntime": "ORT", "nxrt-tvm": "nxrt", "openvino": "OV"}
-#: the ratio columns: (row key, header, the worker figure compared, the peer runtime)
+#: the ratio columns: (row key, header, of the fastest windows (else round by round), the peer runtime)
 RATIOS = tuple(
-    (key + suffix, f"nxrt/{SHORT[peer]}{label}", metric, peer)
-    for metric, suffix, label in (("median_ms", "", ""), ("best_ms", "_best", " (best windows)"))
+    (key + suffix, f"nxrt/{SHORT[peer]}{label}", best, peer)
+    for best, suffix, label in ((False, "", ""), (True, "_best", " (best windows)"))
     for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov"))
 )
 TVM_DEFAULT_HEADER = "tvm-default kernels (count / all TVM kernels; no per-kernel timing)"
@@ -475,14 +584,13 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--dir", type=Path, default=None, help="the corpus (default: corpus.py's)")
     parser.add_argument("--only", help="comma-separated model names")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=20, help="calls per timed window")
     parser.add_argument(
-        "--span-s",
-        type=float,
-        default=SPAN_S,
-        help="time windows of --repeat calls for at least this long (at least 2 windows)",
+        "--rounds", type=int, default=ROUNDS, help="rounds of one timed window of every runtime"
     )
+    parser.add_argument(
+        "--window-s", type=float, default=WINDOW_S, help="a window's timed calls run this long"
+    )
+    parser.add_argument("--min-calls", type=int, default=3, help="and at least this many calls")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write the rows (and every worker's report) here")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per worker (session + runs)")
@@ -529,26 +637,15 @@ def main(argv=None) -> int:
             lengths = [int(n) for n in args.seq.split(",") if n.strip()]
             cases = [case for name, m, f in cases for case in _at_lengths(name, m, f, lengths, Path(tmp))]
         for name, model, feeds in cases:
-            runs: dict[str, list[dict]] = {rt: [] for rt in runtimes}
-            for k in range(args.rounds):
-                for rt in _order(runtimes, k):
-                    out = Path(tmp) / f"{name}.{rt}.{k}.npz"
-                    result = _spawn(rt, model, feeds, out, args)
-                    runs[rt].append(result)
-                    state = (
-                        f"{result['median_ms']:.3f} ms"
-                        if result["ok"]
-                        else " ".join(result["error"].split())[:200]
-                    )
-                    print(f"{name} round {k + 1} {rt}: {state}", file=sys.stderr, flush=True)
+            runs = time_model(name, model, feeds, runtimes, Path(tmp), args)
             rows.append(summarise(name, runs))
             raw[name] = runs
     # the CPU the figures hold for (its ISA decides the kernels: AVX-512 and AVX2 hosts differ)
-    device = next((w["device"] for ws in raw.values() for w in ws.get("nxrt-tvm", []) if "device" in w), None)
+    device = next((r["nxrt-tvm"]["device"] for r in raw.values() if "device" in r.get("nxrt-tvm", {})), None)
     print(
         f"{f'device: {device}, ' if device else ''}"
-        f"threads: {args.threads}, rounds: {args.rounds}, windows of {args.repeat} calls for "
-        f"{args.span_s:g} s, "
+        f"threads: {args.threads}, rounds: {args.rounds}, windows of {args.window_s:g} s "
+        f"(at least {args.min_calls} calls), "
         f"{f'sequence lengths: {args.seq}, ' if args.seq else ''}"
         f"runtimes: {', '.join(runtimes)}; corpus {directory}"
     )
@@ -559,8 +656,8 @@ def main(argv=None) -> int:
             "device": device,
             "threads": args.threads,
             "rounds": args.rounds,
-            "repeat": args.repeat,
-            "span_s": args.span_s,
+            "window_s": args.window_s,
+            "min_calls": args.min_calls,
             "runtimes": runtimes,
             "notes": notes,
             "rows": rows,

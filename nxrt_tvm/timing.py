@@ -25,8 +25,7 @@ __all__ = [
     "median_seconds",
     "warm_up",
     "interleaved_medians",
-    "Windows",
-    "timed_windows",
+    "timed_window",
     "PhaseTimes",
     "record_phases",
     "phase",
@@ -55,39 +54,21 @@ def median_seconds(
     return statistics.median(samples)
 
 
-@dataclass(frozen=True)
-class Windows:
-    """Calls timed in consecutive windows: the median of every call, and each window's median."""
-
-    median_s: float
-    window_medians_s: tuple[float, ...]
-
-    @property
-    def best_s(self) -> float:
-        """The fastest window's median: the speed with the least interference from the rest of the
-        machine (on a shared host, neighbours slow whole seconds of calls), as `timeit` advises the
-        minimum."""
-        return min(self.window_medians_s)
-
-
-def timed_windows(
-    fn: Callable[[], object], repeat: int = 20, *, span_s: float, min_windows: int = 2
-) -> Windows:
-    """Windows of `repeat` calls, until `span_s` has passed and at least `min_windows` ran: a span long
-    enough to see more than one of a shared host's regimes, which last seconds (20 calls of a 0.3 ms model
-    saw one)."""
+def timed_window(
+    fn: Callable[[], object], span_s: float, min_calls: int = 1, *, settle_s: float = 0.0
+) -> tuple[float, ...]:
+    """Seconds of each call of one window: untimed calls for `settle_s` (at least one where it is set:
+    the previous process's thread pool still spins, and its data left the caches), then timed calls
+    until `span_s` has passed and at least `min_calls` ran."""
+    if settle_s > 0:
+        warm_up(fn, settle_s, 1)
     samples: list[float] = []
-    windows: list[float] = []
     deadline = time.perf_counter() + span_s
-    while len(windows) < min_windows or time.perf_counter() < deadline:
-        window = []
-        for _ in range(max(1, repeat)):
-            t = time.perf_counter()
-            fn()
-            window.append(time.perf_counter() - t)
-        windows.append(statistics.median(window))
-        samples.extend(window)
-    return Windows(statistics.median(samples), tuple(windows))
+    while len(samples) < max(1, min_calls) or time.perf_counter() < deadline:
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return tuple(samples)
 
 
 def interleaved_medians(
