@@ -32,6 +32,7 @@ from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ..conv1d import Conv1dAsConv2d
 from ..conv_transpose import ConvTransposeAsMatmul
+from ..fake_quant import FakeQuantAsFloat
 from ..fold_affine import FoldAffineIntoConv
 from ..fold_constants import FoldConstantLayouts
 from ..grouped_conv import SplitGroupedConv, conv2d_like
@@ -103,7 +104,8 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
     exp/erf/tanh as vectorisable polynomials, not libm calls, where the precision policy allows
     (`nxrt_tvm.lower.precision`); 2-D convolutions in NHWC (`CONV_LAYOUT`;
     transposes between them cancel, weights transpose at compile time), quantize/dequantize moved into
-    that layout (`nxrt_tvm.lower.qdq_layout`); with ``conv_algorithm="auto"``,
+    that layout (`nxrt_tvm.lower.qdq_layout`) and each pair as float arithmetic
+    (`nxrt_tvm.lower.fake_quant`); with ``conv_algorithm="auto"``,
     3x3 stride-1 convolutions on large maps as Winograd F(4x4, 3x3) (`nxrt_tvm.lower.winograd`); then
     the weights' transposes and reshapes evaluated (`nxrt_tvm.lower.fold_constants.FoldConstantLayouts`)."""
     if target.kind.name != "llvm":
@@ -117,6 +119,7 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
         convert_conv_layout(),  # first: approximations are kernels, which layout conversion cannot enter
         QdqInConvLayout(),
         PreciseFastMath(),
+        FakeQuantAsFloat(),  # after: the precision policy knows quantize, not the rounding it becomes
         *winograd,
         FoldConstantLayouts,  # last: the layout conversion and Winograd transpose weights
     ]
