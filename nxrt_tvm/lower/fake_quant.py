@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax import PyExprMutator
+from tvm.relax.expr_functor import mutator
 
 from .fold_affine import constant_array
 from .strict import own_pass
@@ -32,24 +33,21 @@ def _scalar(expr: relax.Expr) -> float | None:
     return None if value is None or value.size != 1 else value.reshape(()).item()
 
 
-@relax.transform.function_pass(opt_level=0, name="nxrt_tvm.FakeQuantAsFloat")
-class FakeQuantAsFloat:
-    """``dequantize(quantize(x, s, z), s, z)`` (float32, one constant scale and zero point, 8 bits) ->
-    ``clip(round(x / s), lo - z, hi - z) * s``."""
-
-    def __init__(self) -> None:
-        self.x = wildcard()
-        self.quantize = is_op("relax.quantize")(self.x, wildcard(), wildcard())
-        self.pattern = is_op("relax.dequantize")(self.quantize, wildcard(), wildcard())
-
-    @own_pass
-    def transform_function(self, func: relax.Function, _mod: tvm.IRModule, _ctx) -> relax.Function:
-        if func.attrs is not None and "Primitive" in func.attrs and int(func.attrs["Primitive"]) != 0:
-            return func
-        return rewrite_call(self.pattern, self._rewrite, func)
-
-    def _rewrite(self, call: relax.Call, matches) -> relax.Expr:
-        quantize, x = matches[self.quantize], matches[self.x]
+@mutator
+class _Rewrite(PyExprMutator):
+    def visit_call_(self, op: relax.Call) -> relax.Expr:
+        call = super().visit_call_(op)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.dequantize"):
+            return call
+        operand = call.args[0]
+        quantize = self.lookup_binding(operand) if isinstance(operand, relax.Var) else operand
+        if not (
+            isinstance(quantize, relax.Call)
+            and isinstance(quantize.op, tvm.ir.Op)
+            and quantize.op.name == "relax.quantize"
+        ):
+            return call
+        x = quantize.args[0]
         bounds = _RANGES.get(str(quantize.attrs.out_dtype))
         scale, zero = _scalar(quantize.args[1]), _scalar(quantize.args[2])
         if (
@@ -66,3 +64,15 @@ class FakeQuantAsFloat:
         low, high = (relax.const(np.float32(b - zero)) for b in bounds)
         clipped = relax.op.minimum(relax.op.maximum(steps, low), high)
         return relax.op.multiply(clipped, relax.const(np.float32(scale)))
+
+
+@relax.transform.function_pass(opt_level=0, name="nxrt_tvm.FakeQuantAsFloat")
+class FakeQuantAsFloat:
+    """``dequantize(quantize(x, s, z), s, z)`` (float32, one constant scale and zero point, 8 bits) ->
+    ``clip(round(x / s), lo - z, hi - z) * s``; the quantize nothing else reads is dropped."""
+
+    @own_pass
+    def transform_function(self, func: relax.Function, mod: tvm.IRModule, _ctx) -> relax.Function:
+        if func.attrs is not None and "Primitive" in func.attrs and int(func.attrs["Primitive"]) != 0:
+            return func
+        return relax.analysis.remove_all_unused(_Rewrite(mod).visit_expr(func))

@@ -37,7 +37,7 @@ from ..fold_affine import FoldAffineIntoConv
 from ..fold_constants import FoldConstantLayouts
 from ..grouped_conv import SplitGroupedConv, conv2d_like
 from ..precision import PreciseFastMath
-from ..qdq_layout import QdqInConvLayout
+from ..sink_transposes import sink_transposes
 from ..strict import own_pass
 from ..winograd import WinogradConv2D
 from .base import RULE_ATTR, ApplySchedules, CpuRule, schedule_with_rules
@@ -103,8 +103,8 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
     grouped convolutions split into one per group (`nxrt_tvm.lower.grouped_conv`);
     exp/erf/tanh as vectorisable polynomials, not libm calls, where the precision policy allows
     (`nxrt_tvm.lower.precision`); 2-D convolutions in NHWC (`CONV_LAYOUT`;
-    transposes between them cancel, weights transpose at compile time), quantize/dequantize moved into
-    that layout (`nxrt_tvm.lower.qdq_layout`) and each pair as float arithmetic
+    transposes between them cancel, weights transpose at compile time), the elementwise ops between them
+    moved into that layout (`nxrt_tvm.lower.sink_transposes`), quantize/dequantize pairs as float arithmetic
     (`nxrt_tvm.lower.fake_quant`); with ``conv_algorithm="auto"``,
     3x3 stride-1 convolutions on large maps as Winograd F(4x4, 3x3) (`nxrt_tvm.lower.winograd`); then
     the weights' transposes and reshapes evaluated (`nxrt_tvm.lower.fold_constants.FoldConstantLayouts`)."""
@@ -117,7 +117,7 @@ def pre_legalize_passes(target: tvm.target.Target, conv_algorithm: str = "auto")
         FoldAffineIntoConv,
         SplitGroupedConv(),
         convert_conv_layout(),  # first: approximations are kernels, which layout conversion cannot enter
-        QdqInConvLayout(),
+        sink_transposes(),
         PreciseFastMath(),
         FakeQuantAsFloat(),  # after: the precision policy knows quantize, not the rounding it becomes
         *winograd,

@@ -1,5 +1,6 @@
-"""nxrt_tvm.lower.qdq_layout: a QDQ model's quantize/dequantize pairs run in the convolutions' NHWC
-layout, fused into the conv before them, with the results onnxruntime computes."""
+"""nxrt_tvm.lower.sink_transposes: the elementwise ops between NHWC convs (a QDQ model's
+quantize/dequantize pairs, hardswish and affine maps by one-element operands) run in NHWC, fused into
+the conv before them, with the results onnxruntime computes."""
 
 from __future__ import annotations
 
@@ -90,3 +91,51 @@ def test_qdq_pairs_fuse_into_the_nhwc_convs_before_them(per_channel):
     assert sum("transpose" in n for n in kernels) <= 2, kernels
     # the three convs, the pairs (and the sum) in their epilogues (per tensor: as float math, fake_quant)
     assert sum("conv2d" in n for n in kernels) == 3 and len(kernels) == 5, kernels
+
+
+def _hardswish_affine_model() -> onnx.ModelProto:
+    """PP-OCR's block: conv, hardswish (``x * clip(x + 3, 0, 6) / 6``) and a learnable affine map
+    (``a * x + b``), its divisor and affine parameters one-element tensors (not the tensor's rank)."""
+    c = 16
+    inits = [
+        numpy_helper.from_array(RNG.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.1, f"w{k}")
+        for k in range(2)
+    ]
+    scalars = [("three", 3.0), ("lo", 0.0), ("hi", 6.0), ("six", [6.0]), ("a", [1.5]), ("b", [0.25])]
+    inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in scalars]
+    nodes = [
+        h.make_node("Conv", ["x", "w0"], ["y0"], pads=[1] * 4),
+        h.make_node("Add", ["y0", "three"], ["t"]),
+        h.make_node("Clip", ["t", "lo", "hi"], ["r"]),
+        h.make_node("Mul", ["y0", "r"], ["m"]),
+        h.make_node("Div", ["m", "six"], ["hs"]),
+        h.make_node("Mul", ["a", "hs"], ["s"]),
+        h.make_node("Add", ["s", "b"], ["z"]),
+        h.make_node("Conv", ["z", "w1"], ["y"], pads=[1] * 4),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "hardswish_affine",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, c, 10, 9])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, c, 10, 9])],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_ops_with_one_element_operands_fuse_into_the_conv_before_them():
+    """Layout conversion kept the division and the affine map in NCHW (their one-element operands are
+    not of the tensor's rank): a kernel of two transposes after the conv. Moved past the transpose, the
+    whole chain is the conv's epilogue, and the results are onnxruntime's."""
+    model = _hardswish_affine_model()
+    lowered = pipeline.lowering_pipeline(make_target("llvm"), pipeline.Lowering())(import_onnx(model))
+    kernels = [gv.name_hint for gv, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert sum("transpose" in n for n in kernels) <= 2 and len(kernels) == 4, kernels
+    x = RNG.standard_normal((1, 16, 10, 9)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
+    session = nx.InferenceSession(model, provider_options=[{"target": "llvm", "claim_policy": "all"}, {}])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want[0], rtol=1e-4, atol=1e-4)
