@@ -1191,3 +1191,37 @@ def test_the_normalization_rule_checks_rows_on_the_shared_normalisation():
     assert not _has_rows(*base.KernelStart(relu).fresh())
     assert Normalization().apply(relu, TARGET, False) is None
     assert _has_rows(*base.KernelStart(softmax).fresh())
+
+
+def test_a_squeeze_excite_scale_is_tiled_and_broadcast_after_the_tile():
+    """MobileNetV3's squeeze-excite: its second 1x1 conv, on the pooled 1x1 map, fuses with the product
+    of its (hard-sigmoid) result and the feature map, an epilogue that writes more than the conv does.
+    It cannot be the tile's write-back: TVM refused the schedule and the kernel ran the generic rule
+    (MobileNetV3: 95 us a call); now the broadcast is a loop nest of its own after the tile."""
+    c = 16
+    inits = [
+        numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32) * 0.2, name)
+        for name, shape in (("w", (c, c, 3, 3)), ("f1", (4, c, 1, 1)), ("f2", (c, 4, 1, 1)), ("b", (c,)))
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4),
+        helper.make_node("GlobalAveragePool", ["y"], ["p"]),
+        helper.make_node("Conv", ["p", "f1"], ["q"]),
+        helper.make_node("Relu", ["q"], ["r"]),
+        helper.make_node("Conv", ["r", "f2", "b"], ["s"]),
+        helper.make_node("HardSigmoid", ["s"], ["g"], alpha=1 / 6),
+        helper.make_node("Mul", ["y", "g"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "se",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 9, 7])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, c, 9, 7])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    _run_both(model, 1e-4)
+    funcs = _prim_funcs(_lowered(model))
+    rules = {n: str(f.attrs[RULE_ATTR]) for n, f in funcs.items() if "conv2d" in n and "multiply" in n}
+    assert rules and set(rules.values()) <= {"conv", "matmul"}, rules  # the tile, not "generic"

@@ -377,8 +377,13 @@ def tile_contraction(
             sch.compute_inline(info.block_rv)
         else:
             parallel_vectorize(sch, info.block_rv, lanes)
-    # Epilogue: inline its intermediates, keep the block that writes the output.
+    # Epilogue: inline its intermediates, keep the block that writes the output. One that broadcasts the
+    # result over a larger output (a squeeze-excite's scale times its feature map) is a loop nest of its
+    # own after the tile instead: it cannot be the tile's write-back.
     epilogue = [info.block_rv for info in blocks[shape.block_index + 1 :]]
+    tail = []
+    if epilogue and _grows(sch, block, epilogue[-1]):
+        tail, epilogue = epilogue, []
     for rv in epilogue[:-1]:
         sch.compute_inline(rv)
 
@@ -469,4 +474,23 @@ def tile_contraction(
         sch.vectorize(init_loops[-1])
     if weight is not None:
         _pack(sch, block, weight, tile_j)
+    for rv in tail[:-1]:
+        sch.compute_inline(rv)
+    if tail:
+        parallel_vectorize(sch, tail[-1], lanes)
     return sch
+
+
+def _grows(sch: s_tir.Schedule, block, last) -> bool:
+    """Whether the epilogue's last block writes a larger buffer than the contraction's result."""
+    result, output = sch.get(block).writes[0].source.shape, sch.get(last).writes[0].source.shape
+    analyzer = sym.Analyzer()
+    size = analyzer.simplify(_product(output) - _product(result))
+    return not (isinstance(size, tirx.IntImm) and size.value == 0)
+
+
+def _product(shape) -> tirx.PrimExpr:
+    total = tirx.const(1, "int64")
+    for dim in shape:
+        total = total * tirx.Cast("int64", dim)
+    return total
