@@ -190,32 +190,46 @@ def exact_vars(func: relax.Function) -> set[relax.Var]:
             users.setdefault(used, []).append(var)
 
     def quantisation_parameter(var: relax.Var) -> bool:
-        """Whether every use of `var` leads only to quantize/dequantize (a zero point, a scale)."""
+        """Whether every use of `var` leads only to quantisation (a zero point, a scale): quantize or
+        dequantize, or a cast to 8 bits (MatMulInteger's import takes its zero point so, into integer
+        arithmetic that comes back as floats)."""
         uses = users.get(var, [])
         return bool(uses) and all(
             isinstance(values[u], relax.Call)
             and isinstance(values[u].op, tvm.ir.Op)
             and values[u].op.name in _QPARAM_PATH
-            and (values[u].op.name in _QUANTIZE or quantisation_parameter(u))
+            and (
+                values[u].op.name in _QUANTIZE
+                or _dtypes(values[u].ty) in (["int8"], ["uint8"])
+                or quantisation_parameter(u)
+            )
             for u in uses
         )
 
-    exact = {
-        used
-        for var in collect.discrete
-        if not quantisation_parameter(var)
-        for used in relax.analysis.free_vars(values[var])
-    }
+    quantising = {var for var in collect.discrete if quantisation_parameter(var)}
+    exact = {used for var in collect.discrete if var not in quantising for used in _free(values[var])}
     changed = True
     while changed:  # one reverse pass settles straight-line code; nested blocks may need another
         changed = False
         for var, value in reversed(collect.bindings):
-            if var in exact:
-                for used in relax.analysis.free_vars(value):
+            if var in exact and var not in quantising:
+                for used in _free(value):
                     if used not in exact:
                         exact.add(used)
                         changed = True
     return exact
+
+
+def _free(value: relax.Expr) -> list[relax.Var]:
+    """The variables an exact `value` needs exact: none through a quantize (what it rounds tolerates an
+    ulp, see the module doc: the integers it makes are exact whatever computes its input)."""
+    if (
+        isinstance(value, relax.Call)
+        and isinstance(value.op, tvm.ir.Op)
+        and value.op.name == "relax.quantize"
+    ):
+        return []
+    return list(relax.analysis.free_vars(value))
 
 
 def _known_shape(expr: relax.Expr) -> bool:
