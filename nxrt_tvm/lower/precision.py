@@ -22,7 +22,9 @@ Quantisation is not a discrete consumer: `quantize` (QuantizeLinear, DynamicQuan
 and the rounding that computes its zero point only feed dequantisation and integer matmuls
 that come back as floats, and a value within an ulp of a rounding half-point lands on
 either neighbour whatever computes it (two runtimes that sum in another order already
-disagree there): its tolerance is one quantisation step, not an ulp.
+disagree there): its tolerance is one quantisation step, not an ulp. So a quantize also ends what
+must be exact (the integers it makes are exact whatever computed its input, and casts of them later
+are not of its input), and a rounding whose result is cast to 8 bits is a zero point.
 """
 
 from __future__ import annotations
