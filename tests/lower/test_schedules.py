@@ -199,6 +199,10 @@ CASES = {
     "conv1d_k3_1x12x50_g3": (conv1d(1, 12, 50, 6, 3, 2, [1, 1], group=3), "conv", 1e-4),
     # depthwise 1-D: one reduction axis left (the taps), the matmul rule's tile: channels x positions
     "dwconv1d_k5_1x16x40": (conv1d(1, 16, 40, 16, 5, 1, [2, 2], group=16), "matmul", 1e-4),
+    # a whole tensor to one value (DynamicQuantizeLinear's min and max): vector lanes, chunks in parallel
+    "reducemax_all_1x128x128": (pool("ReduceMax", [1, 128, 128], keepdims=0), "full-reduction", 1e-6),
+    "reducemin_all_2x6x24": (pool("ReduceMin", [2, 6, 24], keepdims=1), "full-reduction", 1e-6),
+    "reducesum_all_4x3x40": (pool("ReduceSum", [4, 3, 40], keepdims=0), "full-reduction", 1e-4),
     "maxpool3x3s2_1x5x13x13": (
         pool("MaxPool", [1, 5, 13, 13], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
         "pooling",

@@ -45,7 +45,7 @@ from .conv import Conv
 from .generic import Generic
 from .injective import Injective
 from .matmul import Matmul
-from .reduction import Normalization, Pooling, RowReduction
+from .reduction import FullReduction, Normalization, Pooling, RowReduction
 from .winograd import Winograd
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "Conv",
     "Matmul",
     "Pooling",
+    "FullReduction",
     "RowReduction",
     "Normalization",
     "Injective",
@@ -75,6 +76,7 @@ def default_rules() -> list[CpuRule]:
         Conv(),
         Matmul(),
         Pooling(),
+        FullReduction(),
         RowReduction(),
         Normalization(),
         Injective(),
