@@ -1203,10 +1203,6 @@ def test_a_squeeze_excite_scale_is_tiled_and_broadcast_after_the_tile():
     It cannot be the tile's write-back: TVM refused the schedule and the kernel ran the generic rule
     (MobileNetV3: 95 us a call); now the broadcast is a loop nest of its own after the tile."""
     c = 16
-    inits = [
-        numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32) * 0.2, name)
-        for name, shape in (("w", (c, c, 3, 3)), ("f1", (4, c, 1, 1)), ("f2", (c, 4, 1, 1)), ("b", (c,)))
-    ]
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4),
         helper.make_node("GlobalAveragePool", ["y"], ["p"]),
@@ -1216,15 +1212,8 @@ def test_a_squeeze_excite_scale_is_tiled_and_broadcast_after_the_tile():
         helper.make_node("HardSigmoid", ["s"], ["g"], alpha=1 / 6),
         helper.make_node("Mul", ["y", "g"], ["out"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "se",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 9, 7])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, c, 9, 7])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    weights = [("w", (c, c, 3, 3)), ("f1", (4, c, 1, 1)), ("f2", (c, 4, 1, 1)), ("b", (c,))]
+    model = _model(nodes, [("x", [1, c, 9, 7])], ["out"], weights)
     _run_both(model, 1e-4)
     funcs = _prim_funcs(_lowered(model))
     rules = {n: str(f.attrs[RULE_ATTR]) for n, f in funcs.items() if "conv2d" in n and "multiply" in n}

@@ -22,6 +22,20 @@ RNG = np.random.default_rng(7)
 SCALE = 0.05  #: every activation's quantisation step
 
 
+def _model(nodes: list, shape: list[int], inits: list) -> onnx.ModelProto:
+    """`x` in, `y` out, both of `shape`."""
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, shape)],
+        [h.make_tensor_value_info("y", T.FLOAT, shape)],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def _qdq_model(per_channel: bool) -> onnx.ModelProto:
     """conv -> Q/DQ -> conv -> Q/DQ, their residual sum -> Q/DQ -> conv: a QDQ export's shape (the first
     pair per channel, on axis 1, where `per_channel`)."""
@@ -50,16 +64,7 @@ def _qdq_model(per_channel: bool) -> onnx.ModelProto:
         h.make_node("DequantizeLinear", ["rq", "s", "z"], ["rd"]),
         h.make_node("Conv", ["rd", "w2"], ["y"], pads=[1] * 4),
     ]
-    graph = h.make_graph(
-        nodes,
-        "qdq",
-        [h.make_tensor_value_info("x", T.FLOAT, [1, c, 9, 7])],
-        [h.make_tensor_value_info("y", T.FLOAT, [1, c, 9, 7])],
-        inits,
-    )
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _model(nodes, [1, c, 9, 7], inits)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
@@ -113,16 +118,7 @@ def _hardswish_affine_model() -> onnx.ModelProto:
         h.make_node("Add", ["s", "b"], ["z"]),
         h.make_node("Conv", ["z", "w1"], ["y"], pads=[1] * 4),
     ]
-    graph = h.make_graph(
-        nodes,
-        "hardswish_affine",
-        [h.make_tensor_value_info("x", T.FLOAT, [1, c, 10, 9])],
-        [h.make_tensor_value_info("y", T.FLOAT, [1, c, 10, 9])],
-        inits,
-    )
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _model(nodes, [1, c, 10, 9], inits)
 
 
 def test_ops_with_one_element_operands_fuse_into_the_conv_before_them():
