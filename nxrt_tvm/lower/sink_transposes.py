@@ -101,9 +101,9 @@ class _Sink(PyExprMutator):
             return self._compose(call)
         if name not in _UNARY and name not in _BINARY and name not in _QDQ:
             return call
-        found = self._permuted(call.args[0]) if name not in _BINARY else None
+        found = self._permuted(call.args[0])
         if name in _BINARY:
-            found = self._permuted(call.args[0]) or self._permuted(call.args[1])
+            found = found or self._permuted(call.args[1])
         if found is None:
             return call
         axes = found[1]
