@@ -18,7 +18,7 @@ from tvm import relax
 from tvm.relax import PyExprMutator
 from tvm.relax.expr_functor import mutator
 
-from .fold_affine import constant_array
+from .fold_affine import constant_array, op_call
 from .strict import own_pass
 
 __all__ = ["FakeQuantAsFloat"]
@@ -37,15 +37,13 @@ def _scalar(expr: relax.Expr) -> float | None:
 class _Rewrite(PyExprMutator):
     def visit_call_(self, op: relax.Call) -> relax.Expr:
         call = super().visit_call_(op)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.dequantize"):
+        if op_call(call, "relax.dequantize") is None:
             return call
         operand = call.args[0]
-        quantize = self.lookup_binding(operand) if isinstance(operand, relax.Var) else operand
-        if not (
-            isinstance(quantize, relax.Call)
-            and isinstance(quantize.op, tvm.ir.Op)
-            and quantize.op.name == "relax.quantize"
-        ):
+        quantize = op_call(
+            self.lookup_binding(operand) if isinstance(operand, relax.Var) else operand, "relax.quantize"
+        )
+        if quantize is None:
             return call
         x = quantize.args[0]
         bounds = _RANGES.get(str(quantize.attrs.out_dtype))

@@ -26,10 +26,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .strict import own_pass
 
-__all__ = ["FoldAffineIntoConv", "constant_array", "static_shape"]
+__all__ = ["FoldAffineIntoConv", "constant_array", "op_call", "static_shape"]
 
 
-def _op_call(expr: relax.Expr | None, name: str) -> relax.Call | None:
+def op_call(expr: relax.Expr | None, name: str) -> relax.Call | None:
     """`expr` where it is a call of the Relax op `name`, else None."""
     return (
         expr
@@ -52,7 +52,7 @@ def constant_array(expr: relax.Expr) -> np.ndarray | None:
     anything computed at run time."""
     if isinstance(expr, tvm.ir.GenericConst):
         return expr.value.numpy()
-    broadcast = _op_call(expr, "relax.broadcast_to")
+    broadcast = op_call(expr, "relax.broadcast_to")
     if (
         broadcast is not None
         and isinstance(broadcast.args[0], tvm.ir.GenericConst)
@@ -90,20 +90,20 @@ class _Folder(PyExprMutator):
         twice: MobileNetV3 computed each such conv twice, its bias with the + 3 and without)."""
         if not isinstance(expr, relax.Var) or self.uses.get(expr, 0) != 1:
             return False
-        add = _op_call(self.bound.get(expr), "relax.add")
+        add = op_call(self.bound.get(expr), "relax.add")
         inner = add.args[0] if add is not None else None
         return not isinstance(inner, relax.Var) or self.uses.get(inner, 0) == 1
 
     def _biased_conv(self, expr: relax.Expr) -> tuple[relax.Call, np.ndarray | None] | None:
         """``(conv, b)`` where `expr` is ``conv2d(x, W) [+ b]`` with a constant bias (None: no bias)."""
         source = self._value(expr)
-        add = _op_call(source, "relax.add")
+        add = op_call(source, "relax.add")
         if add is None:
-            conv = _op_call(source, "relax.nn.conv2d")
+            conv = op_call(source, "relax.nn.conv2d")
             return None if conv is None else (conv, None)
-        conv = _op_call(self._value(add.args[0]), "relax.nn.conv2d")
+        conv = op_call(self._value(add.args[0]), "relax.nn.conv2d")
         bias = constant_array(add.args[1])
-        reshape = _op_call(self._value(add.args[1]), "relax.reshape")
+        reshape = op_call(self._value(add.args[1]), "relax.reshape")
         if reshape is not None and isinstance(reshape.args[1], relax.ShapeExpr):  # the import's [1, C, 1, 1]
             source = constant_array(reshape.args[0])
             shape = reshape.args[1].values
@@ -135,17 +135,17 @@ class _Folder(PyExprMutator):
         return relax.op.add(out, relax.const(new_bias))
 
     def visit_tuple_getitem_(self, op: relax.TupleGetItem) -> relax.Expr:
-        original = _op_call(self.bound.get(op.tuple_value), "relax.nn.batch_norm")
+        original = op_call(self.bound.get(op.tuple_value), "relax.nn.batch_norm")
         op = super().visit_tuple_getitem_(op)
-        norm = _op_call(self._value(op.tuple_value), "relax.nn.batch_norm") if op.index == 0 else None
+        norm = op_call(self._value(op.tuple_value), "relax.nn.batch_norm") if op.index == 0 else None
         if norm is None or original is None or not self._exclusive(original.args[0]):
             return op
         folded = self._fold(norm.args[0], lambda channels: _norm_affine(norm, channels))
         return op if folded is None else folded
 
     def visit_call_(self, op: relax.Call) -> relax.Expr:
-        multiply = _op_call(op, "relax.multiply") is not None
-        if not multiply and _op_call(op, "relax.add") is None:
+        multiply = op_call(op, "relax.multiply") is not None
+        if not multiply and op_call(op, "relax.add") is None:
             return super().visit_call_(op)
         exclusive = [self._exclusive(a) for a in op.args]  # of the original operands, before the rewrite
         op = super().visit_call_(op)
@@ -153,7 +153,7 @@ class _Folder(PyExprMutator):
             value = constant_array(operand)
             if value is None or value.dtype != np.float32 or not alone:
                 continue
-            if not multiply and _op_call(self._value(source), "relax.nn.conv2d") is not None:
+            if not multiply and op_call(self._value(source), "relax.nn.conv2d") is not None:
                 return op  # conv2d(x, W) + b: already the folded form
 
             def affine(channels: int, value=value):

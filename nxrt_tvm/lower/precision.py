@@ -35,6 +35,7 @@ import tvm
 from tvm import relax, te, topi
 from tvm.relax import PyExprMutator, expr_functor
 
+from .fold_affine import op_call
 from .strict import own_pass
 
 __all__ = ["APPROXIMATIONS", "Approximation", "PreciseFastMath", "exact_vars", "fast_sigmoid", "fast_softmax"]
@@ -225,11 +226,7 @@ def exact_vars(func: relax.Function) -> set[relax.Var]:
 def _free(value: relax.Expr) -> list[relax.Var]:
     """The variables an exact `value` needs exact: none through a quantize (what it rounds tolerates an
     ulp, see the module doc: the integers it makes are exact whatever computes its input)."""
-    if (
-        isinstance(value, relax.Call)
-        and isinstance(value.op, tvm.ir.Op)
-        and value.op.name == "relax.quantize"
-    ):
+    if op_call(value, "relax.quantize") is not None:
         return []
     return list(relax.analysis.free_vars(value))
 

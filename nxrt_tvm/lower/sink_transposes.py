@@ -20,7 +20,7 @@ from tvm import relax
 from tvm.relax import PyExprMutator
 from tvm.relax.expr_functor import mutator
 
-from .fold_affine import constant_array
+from .fold_affine import constant_array, op_call, static_shape
 from .strict import own_pass
 
 __all__ = ["sink_transposes"]
@@ -60,10 +60,6 @@ _BINARY = frozenset(
 _QDQ = {"relax.quantize": relax.op.quantize, "relax.dequantize": relax.op.dequantize}
 
 
-def _op_name(call: relax.Expr) -> str | None:
-    return call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else None
-
-
 def _axes(call: relax.Call) -> list[int] | None:
     """A permute_dims call's axes (its attribute may be None: reversed), None where its rank is unknown."""
     ndim = getattr(call.args[0].ty, "ndim", -1)
@@ -73,14 +69,6 @@ def _axes(call: relax.Call) -> list[int] | None:
     return list(reversed(range(ndim))) if axes is None else [int(a) % ndim for a in axes]
 
 
-def _static_shape(expr: relax.Expr) -> list[int] | None:
-    shape = getattr(expr.ty, "shape", None)
-    values = getattr(shape, "values", None)
-    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
-        return None
-    return [int(d) for d in values]
-
-
 @mutator
 class _Sink(PyExprMutator):
     """Rewrites ``f(permute(x, p), ...)`` to ``permute(f(x, ...), p)`` in binding order (so a chain moves
@@ -88,15 +76,17 @@ class _Sink(PyExprMutator):
 
     def _permuted(self, expr: relax.Expr) -> tuple[relax.Expr, list[int]] | None:
         """``(x, p)`` where `expr` is bound to ``permute_dims(x, p)`` of known rank."""
-        bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-        if _op_name(bound) != "relax.permute_dims":
+        bound = op_call(
+            self.lookup_binding(expr) if isinstance(expr, relax.Var) else None, "relax.permute_dims"
+        )
+        if bound is None:
             return None
         axes = _axes(bound)
         return None if axes is None else (bound.args[0], axes)
 
     def visit_call_(self, op: relax.Call) -> relax.Expr:
         call = super().visit_call_(op)
-        name = _op_name(call)
+        name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
         if name == "relax.permute_dims":
             return self._compose(call)
         if name not in _UNARY and name not in _BINARY and name not in _QDQ:
@@ -126,7 +116,7 @@ class _Sink(PyExprMutator):
             return found[0] if found[1] == axes else None
         if getattr(operand.ty, "ndim", -1) == 0:
             return operand
-        shape = _static_shape(operand)
+        shape = static_shape(getattr(operand.ty, "shape", None))
         if shape is None or len(shape) > len(axes):
             return None
         if all(d == 1 for d in shape):

@@ -43,8 +43,8 @@ class OrtKernel(Kernel):
         # 0.13 ms model's): onnxruntime checks the same in C++, and a feed it refuses fails the kernel,
         # whose caller then says what was wrong (`InferenceSession.run`). Its other work, retrying on
         # fallback providers after an EP failure, has nothing to retry on a CPU-only session.
-        self._run = getattr(self._session, "_sess", None)
-        self._run = self._session.run if self._run is None else self._run.run
+        native = getattr(self._session, "_sess", None)
+        self._run = self._session.run if native is None else native.run
         self._weights = weights  # the initializers `options` hands over: they live as long as the session
         # onnxruntime's own lists: the graph's inputs less initializers, its outputs, in the model's order
         self.input_names = tuple(i.name for i in self._session.get_inputs())

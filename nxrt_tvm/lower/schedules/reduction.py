@@ -187,11 +187,12 @@ def _same_dims(a: list, b: list) -> bool:
 
 class FullReduction(CpuRule):
     """One reduction of a whole tensor to one value (DynamicQuantizeLinear's min and max of every
-    activation): its innermost loop split into vectors, one partial result a lane (`rfactor`), those
-    few reduced after. The generic rule reduced one scalar at a time: a dynamic-int8 BERT ran 16 of
-    them, 20 us each for 16K elements. Serial: such kernels are below `MIN_PARALLEL_WORK`, and the lanes
-    are read contiguously, without the division of a fused index (TVM 0.27 has miscompiled vectorised
-    gathers through one)."""
+    activation): its innermost loop split into vectors, one partial result a lane (`rfactor`), and
+    one a lane of each chunk of an outer loop, the chunks in parallel where the kernel is large enough
+    (`parallel`: these mostly are not); those few reduced after. The generic rule reduced one scalar at
+    a time: a dynamic-int8 BERT ran 16 of them, 20 us each for 16K elements. The lanes are read
+    contiguously, without the division of a fused index (TVM 0.27 has miscompiled vectorised gathers
+    through one)."""
 
     name = "full-reduction"
 
