@@ -349,6 +349,7 @@ def time_model(
         try:
             ready = worker.ready()
         except WorkerFailed as exc:
+            worker.kill()  # reaped: it exited (or was killed) as it failed
             results[rt] = _failed(rt, exc)
             continue
         workers[rt] = worker
@@ -361,7 +362,7 @@ def time_model(
                     samples = workers[rt].window()
                 except WorkerFailed as exc:
                     results[rt] = _failed(rt, exc)
-                    del workers[rt]
+                    workers.pop(rt).kill()
                     continue
                 results[rt]["windows_ms"].append([s * 1e3 for s in samples])
         for rt, worker in list(workers.items()):
