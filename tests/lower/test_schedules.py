@@ -138,6 +138,55 @@ def transpose(shape):
     return _model([helper.make_node("Transpose", ["x"], ["out"], perm=[0, 2, 1])], [("x", shape)], ["out"])
 
 
+def _reshape(name, src, dst, shape):
+    """A Reshape node and the Constant holding its target shape."""
+    target = numpy_helper.from_array(np.array(shape, dtype=np.int64))
+    return [
+        helper.make_node("Constant", [], [f"{name}_shape"], value=target),
+        helper.make_node("Reshape", [src, f"{name}_shape"], [dst]),
+    ]
+
+
+def head_keys(seq, heads, dim):
+    """Attention's keys as the scores matmul reads them: [1, seq, heads * dim] -> [1, heads, dim, seq]."""
+    return _model(
+        [
+            *_reshape("r", "x", "r", [1, seq, heads, dim]),
+            helper.make_node("Transpose", ["r"], ["out"], perm=[0, 2, 3, 1]),
+        ],
+        [("x", [1, seq, heads * dim])],
+        ["out"],
+    )
+
+
+def head_merge(heads, seq, dim):
+    """Attention's heads merged back: [1, heads, seq, dim] -> [1, seq, heads * dim]; the output's inner
+    axis reads ``x[c // dim, s, c % dim]``, whole vectors between the divisions."""
+    return _model(
+        [
+            helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+            *_reshape("r", "t", "out", [1, seq, heads * dim]),
+        ],
+        [("x", [1, heads, seq, dim])],
+        ["out"],
+    )
+
+
+def channel_shuffle_nhwc(channels, groups, height, width):
+    """ShuffleNet's channel shuffle (NCHW: reshape to groups, swap, reshape back), then NCHW -> NHWC as
+    convolutions around it read it: ``out[h, w, c] = x[c % g * (C / g) + c // g, h, w]``."""
+    return _model(
+        [
+            *_reshape("g", "x", "g", [1, groups, channels // groups, height, width]),
+            helper.make_node("Transpose", ["g"], ["s"], perm=[0, 2, 1, 3, 4]),
+            *_reshape("m", "s", "m", [1, channels, height, width]),
+            helper.make_node("Transpose", ["m"], ["out"], perm=[0, 2, 3, 1]),
+        ],
+        [("x", [1, channels, height, width])],
+        ["out"],
+    )
+
+
 def head_split(seq, heads, dim):
     """Attention's head split: [1, seq, heads * dim] -> [1, heads, seq, dim]; the reshape reads through
     (h * dim + d) // (heads * dim), which inlining simplifies away: the copy must still vectorise."""
@@ -225,7 +274,12 @@ CASES = {
     "softmax_2x4x33": (softmax([2, 4, 33]), "row-reduction", 1e-3),
     "softmax_1x3x5x197": (softmax([1, 3, 5, 197]), "row-reduction", 1e-3),  # ViT's 197 patches
     "elementwise_3x17x19": (elementwise([3, 17, 19]), "injective", 1e-3),
-    "transpose_2x17x33": (transpose([2, 17, 33]), "injective", 1e-4),
+    "transpose_2x17x33": (transpose([2, 17, 33]), "injective", 1e-4),  # no vector tile divides it
+    # read in tiles along the input's contiguous axis, written along the output's
+    "transpose_2x32x48": (transpose([2, 32, 48]), "transpose", 0),
+    "head_keys_1x64x4x32": (head_keys(64, 4, 32), "transpose", 0),
+    "channel_shuffle_nhwc_1x24x6x8": (channel_shuffle_nhwc(24, 4, 6, 8), "transpose", 0),
+    "head_merge_1x4x20x32": (head_merge(4, 20, 32), "injective", 0),
     "tile_3x5": (tile([3, 5], [2, 7]), "injective", 1e-4),
     "head_split_1x16x2x32": (head_split(16, 2, 32), "injective", 1e-4),
 }

@@ -13,7 +13,9 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
 `RowReduction`     softmax-like chains of last-axis reductions (vectorised partial reductions per row; any
                    row count, widths of a vector or more, rows ending in part of one padded)
 `Normalization`    what is left of softmax, layer norm, RMS norm (dlight's CPU Reduction)
-`Injective`        elementwise, broadcast, transpose, reshape
+`Transpose`        transposes (the output's innermost axis strided in the moved tensor, reshapes seen
+                   through): tiles read along the input's contiguous axis, written along the output's
+`Injective`        elementwise, broadcast, reshape, and transposes no tile divides
 `Generic`          anything else (symbolic extents, reductions over any axis, index kernels): parallel
                    leading spatial loops, exact inner vectors
 =================  ==========================================================
@@ -46,6 +48,7 @@ from .generic import Generic
 from .injective import Injective
 from .matmul import Matmul
 from .reduction import FullReduction, Normalization, Pooling, RowReduction
+from .transpose import Transpose
 from .winograd import Winograd
 
 __all__ = [
@@ -63,6 +66,7 @@ __all__ = [
     "FullReduction",
     "RowReduction",
     "Normalization",
+    "Transpose",
     "Injective",
     "Generic",
     "Winograd",
@@ -79,6 +83,7 @@ def default_rules() -> list[CpuRule]:
         FullReduction(),
         RowReduction(),
         Normalization(),
+        Transpose(),
         Injective(),
         Generic(),
     ]

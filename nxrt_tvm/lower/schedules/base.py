@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 
 import tvm
-from tvm import s_tir, tirx
+from tvm import ir, s_tir, sym, tirx
 from tvm.s_tir.dlight.analysis import collect_vars_used_in_prim_expr, normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
@@ -32,6 +33,8 @@ __all__ = [
     "vector_registers",
     "extent_of",
     "uses_div_mod",
+    "division_run",
+    "div_mod_of",
     "parallel_vectorize",
     "parallel_outer",
     "parallel",
@@ -273,15 +276,22 @@ def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int) -> None:
     """Run an injective block's leading loops in parallel and vectorise its innermost loop.
 
     Loops are never all fused into one (broadcasts would turn into div/mod
-    gathers) and an innermost axis read through div/mod stays scalar.
+    gathers) and an innermost axis read through div/mod stays scalar, unless it reads whole vectors
+    between the divisions (`contiguous_segment`): it is then split there and vectorised within.
     """
     loops = sch.get_loops(block)
     if not loops:
         return
     stmt = sch.get(block)
     inner_var_index = len(stmt.iter_vars) - 1
-    vectorise = len(loops) == len(stmt.iter_vars) and not uses_div_mod(sch, block, inner_var_index)
+    whole = len(loops) == len(stmt.iter_vars)
+    gathers = whole and uses_div_mod(sch, block, inner_var_index)
+    segment = contiguous_segment(sch, block, inner_var_index, lanes) if gathers else None
+    vectorise = whole and (not gathers or segment is not None)
     inner = loops[-1]
+    if segment is not None:  # whole segments: the division is by the outer part only, the lanes read plainly
+        outer_part, inner = sch.split(inner, factors=[None, segment])
+        loops = [*loops[:-1], outer_part, inner]
     if vectorise:
         extent = extent_of(sch, inner)
         if extent is None or extent > lanes:
@@ -387,15 +397,63 @@ def uses_div_mod(sch: s_tir.Schedule, block, var_index: int) -> bool:
     """
     stmt = sch.get(block)
     var = stmt.iter_vars[var_index].var
-    return any(_div_mod_of(rng.min, var) for region in stmt.reads for rng in region.region)
+    return any(div_mod_of(rng.min, var) for region in stmt.reads for rng in region.region)
 
 
 _DIV_MOD = (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)
 
 
-def _div_mod_of(expr, var) -> bool:
+def contiguous_segment(sch: s_tir.Schedule, block, var_index: int, lanes: int) -> int | None:
+    """The length of the runs in which a div/mod-indexed iterator reads its operands plainly, where
+    they are whole vectors: a reshape fused with a transpose, ``out[s, c] = in[c // 32, s, c % 32]``
+    (attention heads merged back), reads 32-element runs; split by 32, the inner loop's index is
+    ``in[o, s, i]``, a vector load, where the whole loop read one scalar at a time through div/mod
+    (ViT's head merge: 12 us for 25K elements). None where no such run divides the loop."""
+    stmt = sch.get(block)
+    var = stmt.iter_vars[var_index].var
+    extent = stmt.iter_vars[var_index].dom.extent
+    indices = [rng.min for region in stmt.reads for rng in region.region]
+    run = division_run(indices, var)
+    if not isinstance(extent, tirx.IntImm) or not run or run % lanes or int(extent.value) % run:
+        return None
+    outer, lane = tirx.Var("o", var.ty), tirx.Var("i", var.ty)
+    analyzer = sym.Analyzer()
+    analyzer.bind(lane, ir.Range(0, run))
+    analyzer.bind(outer, ir.Range(0, int(extent.value) // run))
+    analyzer.bind(var, outer * run + lane)  # simplify substitutes it
+    if any(div_mod_of(analyzer.simplify(index), lane) for index in indices):
+        return None
+    return run
+
+
+def division_run(indices: Sequence, var) -> int:
+    """The least common multiple of the constants that `indices` divide `var` (or a sum with it) by:
+    the length of the runs over which `var` reads plainly; 0 where none divides it. Only the innermost
+    divisions count: ``(v % 4 * 34 + v // 4) // 34`` (a shuffle, then a reshape) runs in 4s."""
+    divisors = {
+        int(node.b.value)
+        for index in indices
+        for node in _div_mods(index)
+        if isinstance(node.b, tirx.IntImm) and _mentions(node.a, var) and not _div_mods(node.a)
+    }
+    return math.lcm(*divisors) if divisors else 0
+
+
+def _mentions(expr, var) -> bool:
+    return any(v.same_as(var) for v in collect_vars_used_in_prim_expr(expr))
+
+
+def _div_mods(expr) -> list:
+    """The divisions and modulos in `expr`, outermost first."""
+    found = [expr] if isinstance(expr, _DIV_MOD) else []
+    for child in _children(expr):
+        found.extend(_div_mods(child))
+    return found
+
+
+def div_mod_of(expr, var) -> bool:
     """Whether `expr` holds a division or modulo whose operands mention `var`."""
     if isinstance(expr, _DIV_MOD):
         if any(v.same_as(var) for v in collect_vars_used_in_prim_expr(expr)):
             return True
-    return any(_div_mod_of(c, var) for c in _children(expr))
+    return any(div_mod_of(c, var) for c in _children(expr))
