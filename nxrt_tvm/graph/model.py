@@ -23,6 +23,7 @@ from onnx.external_data_helper import load_external_data_for_model
 from ..api.errors import InvalidModel
 from ..api.provider import BlobStore
 from ..api.registry import normalize_domain
+from .constants import add_initializer, fold_constant_nodes
 from .functions import inline_function_ops
 from .inference import infer
 from .order import implicit_inputs, kahn_order
@@ -271,7 +272,8 @@ def _topological_order(nodes: list[onnx.NodeProto], implicit: list[set[str]]) ->
 
 def _normalise(model: onnx.ModelProto, inline: Collection[str] = ()) -> onnx.ModelProto:
     """Unique node names, function ops in `inline` replaced by their bodies, Constant nodes folded to
-    initializers, nodes in topological order."""
+    initializers, nodes in topological order, small computations on constants evaluated
+    (`constants.fold_constant_nodes`)."""
     graph = model.graph
     seen: set[str] = set()
     for i, node in enumerate(graph.node):
@@ -287,13 +289,14 @@ def _normalise(model: onnx.ModelProto, inline: Collection[str] = ()) -> onnx.Mod
         if value is None or node.output[0] in {o.name for o in graph.output}:
             kept.append(node)
         else:
-            graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+            add_initializer(model, numpy_helper.from_array(value, node.output[0]))
     order = _topological_order(kept, [implicit_inputs(node) for node in kept])
     if len(kept) != len(graph.node) or order != list(
         range(len(kept))
     ):  # rewrite only when needed: it copies every node
         del graph.node[:]
         graph.node.extend(kept[i] for i in order)
+    fold_constant_nodes(model)
     return model
 
 

@@ -1,0 +1,117 @@
+"""Small computations on constants evaluated before claims (`nxrt_tvm.graph.constants`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from parity import assert_parity, ort_run
+
+import nxrt_tvm as nx
+from nxrt_tvm.graph.constants import MAX_ELEMENTS
+from nxrt_tvm.graph.model import load_model
+
+TVM = nx.EpId("TvmExecutionProvider")
+ALL = [("TvmExecutionProvider", {"claim_policy": "all"}), "CPUExecutionProvider"]
+
+
+def _ints(name: str, value) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, dtype=np.int64), name)
+
+
+def _constant(name: str, value) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=_ints(f"{name}_value", value))
+
+
+def _torch_pad(ir_version: int | None = None) -> onnx.ModelProto:
+    """torch's ``F.pad(x, (2, 3), mode="reflect")`` of a [1, 1, 16] signal as opset-16 exports write it
+    (Silero VAD's STFT): the pads come out of Constant nodes through ConstantOfShape, Concat,
+    Reshape, Slice (reversed), Transpose, Reshape and Cast, then the model convolves the padded signal."""
+    nodes = [
+        _constant("lead", [2, 3]),
+        _constant("rest", [4]),
+        helper.make_node("ConstantOfShape", ["rest"], ["zeros"], value=_ints("zero", [0])),
+        helper.make_node("Concat", ["lead", "zeros"], ["flat"], axis=0),
+        _constant("pairs", [-1, 2]),
+        helper.make_node("Reshape", ["flat", "pairs"], ["paired"]),
+        _constant("start", [-1]),
+        _constant("end", [-(2**63)]),
+        _constant("axis", [0]),
+        _constant("step", [-1]),
+        helper.make_node("Slice", ["paired", "start", "end", "axis", "step"], ["reversed"]),
+        helper.make_node("Transpose", ["reversed"], ["columns"], perm=[1, 0]),
+        _constant("line", [-1]),
+        helper.make_node("Reshape", ["columns", "line"], ["pads64"]),
+        helper.make_node("Cast", ["pads64"], ["pads"], to=TensorProto.INT64),
+        helper.make_node("Pad", ["x", "pads"], ["padded"], mode="reflect"),
+        helper.make_node("Conv", ["padded", "w"], ["y"]),
+    ]
+    w = np.random.default_rng(0).standard_normal((4, 1, 5)).astype(np.float32)
+    graph = helper.make_graph(
+        nodes,
+        "torch_pad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 17])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    if ir_version is not None:
+        model.ir_version = ir_version
+        if ir_version < 4:
+            model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, w.shape))
+    return model
+
+
+def _feeds() -> dict:
+    return {"x": np.random.default_rng(1).standard_normal((1, 1, 16)).astype(np.float32)}
+
+
+def test_pads_computed_from_constants_become_one_initializer():
+    graph = load_model(_torch_pad())
+    assert [n.op_type for n in graph.nodes] == ["Pad", "Conv"]
+    pad = graph.nodes[0]
+    assert numpy_helper.to_array(graph.initializers[pad.input[1]]).tolist() == [0, 0, 2, 0, 0, 3]
+    assert_parity(ort_run(graph.model, _feeds()), ort_run(_torch_pad(), _feeds()), atol=0)
+
+
+def test_the_pad_is_claimed_with_its_conv_and_matches_onnxruntime():
+    """Unevaluated, the TVM EP declined the Pad (its pads computed at run time) and the model split."""
+    sess = nx.InferenceSession(_torch_pad(), providers=ALL)
+    assert [str(p.ep) for p in sess.plan.partitions] == [str(TVM)], sess.plan.format(sess.graph)
+    assert not [d for d in sess.plan.declines if d.op_type == "Pad"]
+    assert_parity(sess.run(None, _feeds()), ort_run(_torch_pad(), _feeds()))
+
+
+def test_an_old_ir_version_declares_what_was_evaluated_as_inputs():
+    """Before IR 4 an initializer is typed only by a graph input: undeclared, ONNX's inference lost every
+    shape after it (DenseNet-121 from onnx's test data went to symbolic inference)."""
+    graph = load_model(_torch_pad(ir_version=3))
+    pads = graph.nodes[0].input[1]
+    assert pads in {i.name for i in graph.model.graph.input}
+    assert graph.info("padded").shape == (1, 1, 21)
+    assert [i.name for i in nx.InferenceSession(_torch_pad(ir_version=3), providers=ALL).get_inputs()] == [
+        "x"
+    ]
+
+
+def test_large_results_and_graph_outputs_stay_computed():
+    """A result of more than `MAX_ELEMENTS` (a weight: the compiler folds it itself) is not evaluated,
+    nor a node whose value is a graph output."""
+    half = MAX_ELEMENTS // 2 + 1
+    nodes = [
+        helper.make_node("Concat", ["a", "a"], ["big"], axis=0),
+        helper.make_node("Add", ["x", "big"], ["y"]),
+        helper.make_node("Concat", ["b", "b"], ["bb"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "kept",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2 * half])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2 * half]),
+            helper.make_tensor_value_info("bb", TensorProto.INT64, [2]),
+        ],
+        [numpy_helper.from_array(np.ones(half, dtype=np.float32), "a"), _ints("b", [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert [n.op_type for n in load_model(model).nodes] == ["Concat", "Add", "Concat"]
