@@ -27,8 +27,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..api.registry import normalize_domain
+from .order import implicit_inputs
 
-__all__ = ["fold_constant_nodes", "add_initializer", "MAX_ELEMENTS"]
+__all__ = ["fold_constant_nodes", "take_constant_branches", "add_initializer", "MAX_ELEMENTS"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,83 @@ def fold_constant_nodes(model: onnx.ModelProto) -> bool:
     del graph.node[:]
     graph.node.extend(kept)
     return True
+
+
+def take_constant_branches(model: onnx.ModelProto) -> bool:
+    """Replace each ``If`` whose condition is an initializer by the nodes of the branch it takes; True
+    where any was. torch's scripted code branches on shapes (``if x.dim() == 3``, ``if state.size(0)``:
+    Silero VAD's LSTM): once the shapes fold, the condition is a constant, and the TVM EP claims the
+    branch's dataflow with its neighbours instead of splitting the model around control flow."""
+    graph = model.graph
+    conditions = {t.name: t for t in graph.initializer if _elements(t.dims) == 1}
+    taken = _names(graph)
+    nodes: list[onnx.NodeProto] = []
+    changed = False
+    for node in graph.node:
+        branch = _taken_branch(node, conditions)
+        inlined = None if branch is None else _inline(model, node, branch, taken)
+        if inlined is None:
+            nodes.append(node)
+        else:
+            nodes += inlined
+            changed = True
+    if changed:
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return changed
+
+
+def _taken_branch(node: onnx.NodeProto, conditions: dict[str, onnx.TensorProto]) -> onnx.GraphProto | None:
+    if node.op_type != "If" or normalize_domain(node.domain) or node.input[0] not in conditions:
+        return None
+    cond = numpy_helper.to_array(conditions[node.input[0]])
+    name = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+    return next((a.g for a in node.attribute if a.name == name), None)
+
+
+def _names(graph: onnx.GraphProto) -> set[str]:
+    names = {v.name for v in (*graph.input, *graph.output, *graph.initializer)}
+    names.update(o for node in graph.node for o in node.output)
+    return names
+
+
+def _inline(
+    model: onnx.ModelProto, node: onnx.NodeProto, branch: onnx.GraphProto, taken: set[str]
+) -> list[onnx.NodeProto] | None:
+    """`branch`'s nodes in place of `node`: its values renamed where the outer graph has the name, its
+    initializers moved out, its outputs copied to `node`'s; None where a renamed value is read from a
+    nested subgraph (renaming inside those is not done) or the branch holds sparse initializers."""
+    if branch.sparse_initializer or len(branch.output) != len(node.output):
+        return None
+    own = [t.name for t in branch.initializer] + [o for n in branch.node for o in n.output if o]
+    renamed: dict[str, str] = {}
+    for name in own:
+        fresh, k = name, 0
+        while fresh in taken or fresh in renamed.values():
+            k += 1
+            fresh = f"{node.name}/{name}_{k}"
+        if fresh != name:
+            renamed[name] = fresh
+    if any(implicit_inputs(n) & renamed.keys() for n in branch.node):
+        return None
+    for tensor in branch.initializer:
+        moved = onnx.TensorProto()
+        moved.CopyFrom(tensor)
+        moved.name = renamed.get(tensor.name, tensor.name)
+        add_initializer(model, moved)
+    nodes = []
+    for inner in branch.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        copy.name = f"{node.name}/{inner.name}" if inner.name else ""
+        copy.input[:] = [renamed.get(i, i) for i in inner.input]
+        copy.output[:] = [renamed.get(o, o) for o in inner.output]
+        nodes.append(copy)
+    for out, result in zip(branch.output, node.output):
+        source = renamed.get(out.name, out.name)
+        nodes.append(helper.make_node("Identity", [source], [result], name=f"{node.name}/{result}"))
+    taken.update(renamed.values(), own)
+    return nodes
 
 
 def add_initializer(model: onnx.ModelProto, tensor: onnx.TensorProto) -> None:

@@ -23,7 +23,7 @@ from onnx.external_data_helper import load_external_data_for_model
 from ..api.errors import InvalidModel
 from ..api.provider import BlobStore
 from ..api.registry import normalize_domain
-from .constants import add_initializer, fold_constant_nodes
+from .constants import add_initializer, fold_constant_nodes, take_constant_branches
 from .functions import inline_function_ops
 from .inference import infer
 from .order import implicit_inputs, kahn_order
@@ -350,6 +350,10 @@ def _checkable(light: onnx.ModelProto) -> onnx.ModelProto:
     return light
 
 
+#: rounds of taking branches whose conditions are constants (each may reveal nested ones)
+_BRANCH_ROUNDS = 4
+
+
 def analyse(
     model: onnx.ModelProto,
     *,
@@ -368,7 +372,15 @@ def analyse(
         except (onnx.checker.ValidationError, ValueError) as exc:
             raise InvalidModel(f"model fails onnx.checker: {exc}") from exc
     _normalise(model, inline)
-    if _infer_into(model, symbolic, store) and fold_shape_computations(model):
+    folded = _infer_into(model, symbolic, store) and fold_shape_computations(model) > 0
+    for _ in range(_BRANCH_ROUNDS):  # a taken branch's own conditions fold once its shapes are inferred
+        if not take_constant_branches(model):
+            break
+        _normalise(model, inline)
+        folded = _infer_into(model, symbolic, store)
+        if folded:
+            fold_shape_computations(model)
+    if folded:
         _infer_into(model, symbolic, store)  # the folded shapes name their dims now
     return GraphView(model)
 

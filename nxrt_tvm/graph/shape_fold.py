@@ -174,6 +174,17 @@ def _shape(ev: _Evaluator, node, _args) -> Value | None:
     return False, tuple(ev.dim(node.input[0], axis) for axis in range(start, end))
 
 
+@_handles("Size")
+def _size(ev: _Evaluator, node, args) -> Value | None:
+    """Elements of a tensor of known dims (or of a known vector): torch's ``if x.dim() == 3``."""
+    if args[0] is not None:
+        return True, (len(args[0][1]) if not args[0][0] else 1,)
+    dims = ev.shapes.get(node.input[0])
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        return None
+    return True, (math.prod(dims),)
+
+
 @_handles("Identity", "Cast")
 def _identity(ev: _Evaluator, node, args) -> Value | None:
     if node.op_type == "Cast":

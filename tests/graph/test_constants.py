@@ -115,3 +115,83 @@ def test_large_results_and_graph_outputs_stay_computed():
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert [n.op_type for n in load_model(model).nodes] == ["Concat", "Add", "Concat"]
+
+
+def _scripted_branch(dims, clash: bool = False) -> onnx.ModelProto:
+    """torch.jit.script's ``if x.dim() == 3: y = relu(x) * 2 else: y = -x`` as exported: an If on
+    Cast(Not(Equal(Size(Shape(x)), 2))), then a Mul after it. With `clash`, the then-branch names a value
+    as the outer graph does ("scaled")."""
+    inner = "scaled" if clash else "inner"
+    then = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.float32(2.0), "two")),
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Mul", ["r", "two"], [inner]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info(inner, TensorProto.FLOAT, None)],
+    )
+    otherwise = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["negated"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("negated", TensorProto.FLOAT, None)],
+    )
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Size", ["shape"], ["rank"]),
+        helper.make_node("Equal", ["rank", "two_dims"], ["is_2d"]),
+        helper.make_node("Not", ["is_2d"], ["not_2d"]),
+        helper.make_node("Equal", ["batch", "one"], ["single"]),
+        helper.make_node("And", ["not_2d", "single"], ["cond"]),
+        helper.make_node("If", ["cond"], ["branched"], then_branch=then, else_branch=otherwise),
+        helper.make_node("Mul", ["branched", "x"], ["scaled"]),
+        helper.make_node("Sigmoid", ["scaled"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "scripted",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)],
+        [_ints("two_dims", 2), _ints("zero", 0), _ints("one", 1)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _x(batch: int = 1) -> dict:
+    return {"x": np.random.default_rng(batch).standard_normal((batch, 3, 8)).astype(np.float32)}
+
+
+def test_a_branch_on_known_shapes_is_inlined_and_claimed_with_its_neighbours():
+    """The condition folds once the shapes are known: the If becomes the then-branch's nodes, and the
+    whole model one TVM partition (the If was declined as control flow, the model split around it)."""
+    model = _scripted_branch([1, 3, 8])
+    graph = load_model(model)
+    assert "If" not in [n.op_type for n in graph.nodes]
+    sess = nx.InferenceSession(model, providers=ALL)
+    assert [str(p.ep) for p in sess.plan.partitions] == [str(TVM)], sess.plan.format(sess.graph)
+    assert_parity(sess.run(None, _x()), ort_run(model, _x()))
+
+
+def test_a_branch_on_a_size_known_only_at_run_time_stays_control_flow():
+    """With a symbolic batch, ``batch == 1`` is not known before the run: the If stays, declined as
+    control flow, and the model still runs (the fallback runs the If)."""
+    model = _scripted_branch(["batch", 3, 8])
+    assert "If" in [n.op_type for n in load_model(model).nodes]
+    sess = nx.InferenceSession(model, providers=ALL)
+    assert any(d.op_type == "If" and "control flow" in d.detail for d in sess.plan.declines)
+    for batch in (1, 2):
+        assert_parity(sess.run(None, _x(batch)), ort_run(model, _x(batch)))
+
+
+def test_a_branch_value_named_as_an_outer_one_is_renamed():
+    model = _scripted_branch([1, 3, 8], clash=True)
+    graph = load_model(model)
+    assert "If" not in [n.op_type for n in graph.nodes]
+    produced = [o for n in graph.nodes for o in n.output]
+    assert len(produced) == len(set(produced)), produced
+    assert_parity(ort_run(graph.model, _x()), ort_run(model, _x()))
+    sess = nx.InferenceSession(model, providers=ALL)
+    assert_parity(sess.run(None, _x()), ort_run(model, _x()))
