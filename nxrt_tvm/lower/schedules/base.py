@@ -453,7 +453,4 @@ def _div_mods(expr) -> list:
 
 def div_mod_of(expr, var) -> bool:
     """Whether `expr` holds a division or modulo whose operands mention `var`."""
-    if isinstance(expr, _DIV_MOD):
-        if any(v.same_as(var) for v in collect_vars_used_in_prim_expr(expr)):
-            return True
-    return any(div_mod_of(c, var) for c in _children(expr))
+    return any(_mentions(node, var) for node in _div_mods(expr))
