@@ -274,10 +274,12 @@ CASES = {
     "softmax_2x4x33": (softmax([2, 4, 33]), "row-reduction", 1e-3),
     "softmax_1x3x5x197": (softmax([1, 3, 5, 197]), "row-reduction", 1e-3),  # ViT's 197 patches
     "elementwise_3x17x19": (elementwise([3, 17, 19]), "injective", 1e-3),
-    "transpose_2x17x33": (transpose([2, 17, 33]), "injective", 1e-4),  # no vector tile divides it
+    "transpose_2x3x40": (transpose([2, 3, 40]), "injective", 1e-4),  # 3 columns: shorter than a vector
+    "transpose_2x17x33": (transpose([2, 17, 33]), "transpose", 0),  # no tile divides: guarded last tiles
     # read in tiles along the input's contiguous axis, written along the output's
     "transpose_2x32x48": (transpose([2, 32, 48]), "transpose", 0),
     "head_keys_1x64x4x32": (head_keys(64, 4, 32), "transpose", 0),
+    "head_keys_1x50x4x32": (head_keys(50, 4, 32), "transpose", 0),  # ViT's ragged sequence (197)
     "channel_shuffle_nhwc_1x24x6x8": (channel_shuffle_nhwc(24, 4, 6, 8), "transpose", 0),
     "head_merge_1x4x20x32": (head_merge(4, 20, 32), "injective", 0),
     "tile_3x5": (tile([3, 5], [2, 7]), "injective", 1e-4),

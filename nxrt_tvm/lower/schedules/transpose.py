@@ -10,8 +10,9 @@ vectors), the lanes exchanged in registers. A reshape fused in (heads split
 or merged, ShuffleNet's ``[g, c/g]`` shuffle) is seen through: an axis read
 through ``c // d`` and ``c % d`` is two axes, ``c // d`` and ``c % d``.
 
-Tiles must divide both axes (vectors of `lanes` or half that); other kernels
-are left to `Injective`.
+Tiles are whole vectors (or half or quarter ones that divide the axis); an
+axis no such tile divides ends in a guarded tile. Axes shorter than a vector
+(an image's 3 channels) are left to `Injective`.
 """
 
 from __future__ import annotations
@@ -93,8 +94,11 @@ class Transpose(CpuRule):
 
 
 def _tile(extent: int, lanes: int, least: int) -> int | None:
-    """The widest vector of `least` lanes or more (halving from `lanes`) that divides `extent`."""
-    return next((t for t in (lanes, lanes // 2, lanes // 4) if t >= least and extent % t == 0), None)
+    """The widest vector of `least` lanes or more (halving from `lanes`) that divides `extent`; else a
+    whole vector where the extent is longer, its last tile guarded (`vector_guards` runs every other
+    tile unguarded: ViT's 197 patches as 24 whole tiles and a guarded one)."""
+    whole = next((t for t in (lanes, lanes // 2, lanes // 4) if t >= least and extent % t == 0), None)
+    return whole if whole is not None or extent <= lanes else lanes
 
 
 def _axes(sch: s_tir.Schedule, block) -> tuple[int, list[_Axis]] | None:
