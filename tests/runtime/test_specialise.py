@@ -222,3 +222,30 @@ def test_the_symbolic_plan_is_built_at_load_where_asked_or_nothing_is_judged(pro
 def test_a_bad_symbolic_compile_value_is_refused():
     with pytest.raises(InvalidProviderOptions, match="nxrt.symbolic_compile must be one of"):
         nx.InferenceSession(_chain("cols"), {"nxrt.symbolic_compile": "lazy"})
+
+
+def test_a_build_that_leaves_all_to_onnxruntime_serves_where_the_plan_runs_tvm(monkeypatch):
+    """The symbolic plan runs TVM (judged at representative sizes); the build for the feeds' shapes
+    leaves everything to onnxruntime (measured faster there): that build serves those shapes. It was
+    dropped as if the session's own plan served as well, and the TVM plan ran slower than onnxruntime
+    (Silero VAD, 1.10x onnxruntime's time)."""
+    model = _conv_relu(["batch", 3, "h", "w"])
+    sess = nx.InferenceSession(model, providers=[TVM, "CPUExecutionProvider"])
+    assert [str(p.ep) for p in sess.plan.partitions] == [TVM]
+    # what the build at the feeds' shapes gets: the TVM EP declines every node there
+    monkeypatch.setenv("NXRT_TVM_CLAIM_POLICY", "all")
+    original = nx.InferenceSession.__init__
+
+    def declining(self, *args, **kwargs):
+        if kwargs.get("_derived"):
+            args = (args[0], args[1], [(TVM, {"op_types_to_exclude": "Conv,Relu"}), "CPUExecutionProvider"])
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(nx.InferenceSession, "__init__", declining)
+    feeds = _feeds((1, 3, 12, 12))
+    for _ in range(SPECIALISE_AFTER + 1):
+        out = sess.run(None, feeds)
+    serving = sess.session_for(feeds)
+    assert serving is not sess
+    assert [str(p.ep) for p in serving.plan.partitions] == ["CPUExecutionProvider"]
+    assert_parity(out, ort_run(model, feeds))
