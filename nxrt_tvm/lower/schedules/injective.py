@@ -13,7 +13,7 @@ from tvm import s_tir
 
 from .base import CpuRule, inline, parallel_vectorize, vector_lanes
 
-__all__ = ["Injective"]
+__all__ = ["Injective", "injective_blocks"]
 
 
 class Injective(CpuRule):
@@ -22,20 +22,28 @@ class Injective(CpuRule):
     name = "injective"
 
     def schedule(self, sch, blocks, target):
-        if not all(info.is_injective() for info in blocks):
+        remaining = injective_blocks(sch, blocks)
+        if remaining is None:
             return None
-        if any(not isinstance(it.dom, int) for info in blocks for it in info.iters):
-            # Symbolic extents: split tails turn into bounds-checked scalar code that measured 100x
-            # slower than TVM's plain loops (a transformers BERT's Transpose: 4 ms vs 40 us).
-            return None
-        for info in blocks[:-1]:
-            inline(sch, info.block_rv)
         lanes = vector_lanes(target)
-        root = sch.get_sblock("root") if _has_root(sch) else None
-        remaining = sch.get_child_blocks(root) if root is not None else [blocks[-1].block_rv]
         for block in remaining:
             parallel_vectorize(sch, block, lanes)
         return sch
+
+
+def injective_blocks(sch: s_tir.Schedule, blocks: list) -> list | None:
+    """The blocks left of an all-injective kernel of static extents once its intermediates are inlined
+    (one, unless a costly one is read twice and keeps its loops); None for any other kernel."""
+    if not all(info.is_injective() for info in blocks):
+        return None
+    if any(not isinstance(it.dom, int) for info in blocks for it in info.iters):
+        # Symbolic extents: split tails turn into bounds-checked scalar code that measured 100x
+        # slower than TVM's plain loops (a transformers BERT's Transpose: 4 ms vs 40 us).
+        return None
+    for info in blocks[:-1]:
+        inline(sch, info.block_rv)
+    root = sch.get_sblock("root") if _has_root(sch) else None
+    return list(sch.get_child_blocks(root)) if root is not None else [blocks[-1].block_rv]
 
 
 def _has_root(sch: s_tir.Schedule) -> bool:

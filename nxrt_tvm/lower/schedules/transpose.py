@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from tvm import ir, s_tir, sym, tirx
 
-from .base import CpuRule, div_mod_of, division_run, inline, parallel_outer, vector_lanes
+from .base import CpuRule, div_mod_of, division_run, parallel_outer, vector_lanes
+from .injective import injective_blocks
 
 __all__ = ["Transpose"]
 
@@ -46,15 +47,10 @@ class Transpose(CpuRule):
     name = "transpose"
 
     def schedule(self, sch, blocks, target):
-        if not all(info.is_injective() for info in blocks):
+        remaining = injective_blocks(sch, blocks)
+        if remaining is None or len(remaining) != 1:  # not injective, or a producer kept its own loops
             return None
-        if any(not isinstance(it.dom, int) for info in blocks for it in info.iters):
-            return None
-        for info in blocks[:-1]:
-            inline(sch, info.block_rv)
-        block = blocks[-1].block_rv
-        if len(sch.get_child_blocks(sch.get_sblock("root"))) != 1:
-            return None  # a producer kept its own loops
+        (block,) = remaining
         found = _axes(sch, block)
         if found is None:
             return None
