@@ -398,7 +398,7 @@ class InferenceSession:
             return None
         if all(p.ep == FALLBACK_EP for p in (*session._live, *self._live)):
             log.info("%s: every partition stays on %s; the session's own plan serves", label, FALLBACK_EP)
-            return None  # where this plan runs TVM, the build measured onnxruntime faster at these shapes
+            return None
         log.info("%s: built in %.1f s (%s)", label, session.load_seconds, session.plan.nodes_by_ep())
         return session
 

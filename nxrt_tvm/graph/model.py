@@ -377,9 +377,7 @@ def analyse(
         if not take_constant_branches(model):
             break
         _normalise(model, inline)
-        folded = _infer_into(model, symbolic, store)
-        if folded:
-            fold_shape_computations(model)
+        folded = _infer_into(model, symbolic, store) and fold_shape_computations(model) > 0
     if folded:
         _infer_into(model, symbolic, store)  # the folded shapes name their dims now
     return GraphView(model)

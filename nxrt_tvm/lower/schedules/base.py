@@ -34,6 +34,7 @@ __all__ = [
     "extent_of",
     "uses_div_mod",
     "division_run",
+    "split_iterator",
     "div_mod_of",
     "parallel_vectorize",
     "parallel_outer",
@@ -416,14 +417,21 @@ def contiguous_segment(sch: s_tir.Schedule, block, var_index: int, lanes: int) -
     run = division_run(indices, var)
     if not isinstance(extent, tirx.IntImm) or not run or run % lanes or int(extent.value) % run:
         return None
-    outer, lane = tirx.Var("o", var.ty), tirx.Var("i", var.ty)
     analyzer = sym.Analyzer()
-    analyzer.bind(lane, ir.Range(0, run))
-    analyzer.bind(outer, ir.Range(0, int(extent.value) // run))
-    analyzer.bind(var, outer * run + lane)  # simplify substitutes it
+    _, lane = split_iterator(analyzer, var, int(extent.value), run)
     if any(div_mod_of(analyzer.simplify(index), lane) for index in indices):
         return None
     return run
+
+
+def split_iterator(analyzer: sym.Analyzer, var, extent: int, run: int) -> tuple[tirx.Var, tirx.Var]:
+    """Bind `var` in `analyzer` as ``high * run + low`` (its simplify then substitutes it), the pieces
+    bound to their ranges; returns (high, low)."""
+    high, low = tirx.Var("high", var.ty), tirx.Var("low", var.ty)
+    analyzer.bind(high, ir.Range(0, extent // run))
+    analyzer.bind(low, ir.Range(0, run))
+    analyzer.bind(var, high * run + low)
+    return high, low
 
 
 def division_run(indices: Sequence, var) -> int:

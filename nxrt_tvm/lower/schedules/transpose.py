@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tvm import ir, s_tir, sym, tirx
 
-from .base import CpuRule, div_mod_of, division_run, parallel_outer, vector_lanes
+from .base import CpuRule, div_mod_of, division_run, parallel_outer, split_iterator, vector_lanes
 from .injective import injective_blocks
 
 __all__ = ["Transpose"]
@@ -35,7 +35,6 @@ class _Axis:
 
     var_index: int
     high: bool  #: the ``v // run`` piece of a split iterator
-    run: int  #: the divisor of a split iterator (1: not split)
     extent: int
     stride: int  #: elements apart in the moved tensor
     divided: bool  #: the moved tensor's index divides it (it cannot be the copy's vector)
@@ -116,19 +115,16 @@ def _linear(stmt, source: int, split: bool) -> tuple[int, list[_Axis]] | None:
     region = stmt.reads[source]
     index = [r.min for r in region.region]
     analyzer = sym.Analyzer()
-    pieces: list[tuple[tirx.Var, int, bool, int, int]] = []  # (var, var index, high, run, extent)
+    pieces: list[tuple[tirx.Var, int, bool, int]] = []  # (var, var index, high, extent)
     for k, iv in enumerate(stmt.iter_vars):
         extent = int(iv.dom.extent)
         run = division_run(index, iv.var) if split else 0
         if run and extent % run == 0 and run < extent:
-            high, low = tirx.Var("high", iv.var.ty), tirx.Var("low", iv.var.ty)
-            analyzer.bind(high, ir.Range(0, extent // run))
-            analyzer.bind(low, ir.Range(0, run))
-            analyzer.bind(iv.var, high * run + low)  # simplify substitutes it
-            pieces += [(high, k, True, run, extent // run), (low, k, False, run, run)]
+            high, low = split_iterator(analyzer, iv.var, extent, run)
+            pieces += [(high, k, True, extent // run), (low, k, False, run)]
         else:
             analyzer.bind(iv.var, ir.Range(0, extent))
-            pieces.append((iv.var, k, False, 1, extent))
+            pieces.append((iv.var, k, False, extent))
     flat = tirx.const(0, "int64")
     for dim, r in zip(region.source.shape, region.region):
         flat = flat * int(dim) + r.min
@@ -153,8 +149,8 @@ def _linear(stmt, source: int, split: bool) -> tuple[int, list[_Axis]] | None:
         return None
     moved = [analyzer.simplify(i) for i in index]
     axes = [
-        _Axis(k, high, run, extent, stride, any(div_mod_of(i, var) for i in moved))
-        for (var, k, high, run, extent), stride in zip(pieces, strides)
+        _Axis(k, high, extent, stride, any(div_mod_of(i, var) for i in moved))
+        for (var, k, high, extent), stride in zip(pieces, strides)
     ]
     return source, axes
 
