@@ -55,13 +55,43 @@ def infer(
     if not symbolic or _all_static(inferred):  # nothing to find (and no sympy import: 0.2 s)
         return list(inferred.graph.value_info)
     symbolic_info = _symbolic_value_info(inferred)
+    unranked = _branches_disagree(inferred.graph)
     for vi in inferred.graph.value_info:
         better = symbolic_info.get(vi.name)
+        if vi.name in unranked:
+            continue
         if better is not None and better.type.tensor_type.elem_type == vi.type.tensor_type.elem_type:
             vi.type.tensor_type.shape.CopyFrom(better.type.tensor_type.shape)
     if key is not None:
         store.put(key, onnx.GraphProto(value_info=inferred.graph.value_info).SerializeToString())
     return list(inferred.graph.value_info)
+
+
+def _branches_disagree(graph: onnx.GraphProto) -> set[str]:
+    """Outputs of an If whose branches give them different ranks (or one unknown), and every value
+    computed from them (`graph`'s nodes in topological order): onnx leaves their shapes unknown;
+    onnxruntime's symbolic inference goes on from one branch's, which is wrong whenever the other runs
+    (Silero VAD 16k squeezes a batch of 1 in one branch: the length of the Shape of the If's output,
+    3, folded the condition of an If after it the wrong way, and its LSTM got a rank-4 input)."""
+    names: set[str] = set()
+    for node in graph.node:
+        if names.intersection(node.input):
+            names.update(node.output)
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+            continue
+        branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+        then, other = branches.get("then_branch"), branches.get("else_branch")
+        if then is None or other is None:
+            continue
+        for out, a, b in zip(node.output, then.output, other.output):
+            if _rank(a) is None or _rank(a) != _rank(b):
+                names.add(out)
+    return names
+
+
+def _rank(value: onnx.ValueInfoProto) -> int | None:
+    tensor = value.type.tensor_type
+    return len(tensor.shape.dim) if value.type.HasField("tensor_type") and tensor.HasField("shape") else None
 
 
 def _store_key(light: onnx.ModelProto) -> str:

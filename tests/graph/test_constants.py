@@ -195,3 +195,54 @@ def test_a_branch_value_named_as_an_outer_one_is_renamed():
     assert_parity(ort_run(graph.model, _x()), ort_run(model, _x()))
     sess = nx.InferenceSession(model, providers=ALL)
     assert_parity(sess.run(None, _x()), ort_run(model, _x()))
+
+
+def _rank_branches() -> onnx.ModelProto:
+    """torch.jit.script's ``if x.size(0) == 1: y = x.squeeze(0) else: y = x``, then ``if y.dim() == 2:
+    z = y.unsqueeze(0) else: z = y`` (Silero VAD 16k's decoder): the first If's output has rank 2 or 3
+    by the batch, so the second If's condition is not known before the run."""
+
+    def branch(name: str, node: onnx.NodeProto, out: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [node], name, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)]
+        )
+
+    squeeze = branch("squeeze", helper.make_node("Squeeze", ["x", "zeros"], ["sq"]), "sq")
+    keep_x = branch("keep_x", helper.make_node("Identity", ["x"], ["x_kept"]), "x_kept")
+    unsqueeze = branch("unsqueeze", helper.make_node("Unsqueeze", ["y", "zeros"], ["unsq"]), "unsq")
+    keep_y = branch("keep_y", helper.make_node("Identity", ["y"], ["y_kept"]), "y_kept")
+    squeeze.output[0].type.tensor_type.shape.dim.add().dim_value = 3  # the exporter's ranks: 2 ...
+    squeeze.output[0].type.tensor_type.shape.dim.add().dim_value = 8
+    for d in ("batch", 3, 8):  # ... and 3
+        dim = keep_x.output[0].type.tensor_type.shape.dim.add()
+        dim.CopyFrom(helper.make_tensor_value_info("d", TensorProto.FLOAT, [d]).type.tensor_type.shape.dim[0])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Equal", ["batch", "one"], ["single"]),
+        helper.make_node("If", ["single"], ["y"], then_branch=squeeze, else_branch=keep_x),
+        helper.make_node("Shape", ["y"], ["y_shape"]),
+        helper.make_node("Size", ["y_shape"], ["rank"]),
+        helper.make_node("Equal", ["rank", "two_dims"], ["is_2d"]),
+        helper.make_node("If", ["is_2d"], ["z"], then_branch=unsqueeze, else_branch=keep_y),
+        helper.make_node("Relu", ["z"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "rank_branches",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [_ints("zero", 0), _ints("one", 1), _ints("two_dims", 2), _ints("zeros", [0])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_branch_after_an_if_whose_rank_depends_on_the_run_stays_control_flow():
+    """onnxruntime's symbolic inference gave the first If's output one branch's rank, and the second If
+    was taken on it: Silero VAD 16k's LSTM then got a rank-4 input and the session could not be made."""
+    model = _rank_branches()
+    assert [n.op_type for n in load_model(model).nodes].count("If") == 2
+    sess = nx.InferenceSession(model, providers=ALL)
+    for batch in (1, 2):
+        x = {"x": np.random.default_rng(batch).standard_normal((batch, 3, 8)).astype(np.float32)}
+        assert_parity(sess.run(None, x), ort_run(model, x))
