@@ -169,6 +169,14 @@ def _cols(n: int) -> dict[str, np.ndarray]:
 AUTO = [(TVM, {"claim_policy": "auto"}), "CPUExecutionProvider"]
 
 
+def _assert_measured(plan) -> None:
+    """The plan's TVM choice was made by measuring: compiled, timed, and kept or declined (which way is
+    the host's timing: _chain wins 2x here, and a CI host once measured it the other way)."""
+    measured = [p.cost.source for p in plan.partitions if str(p.ep) == TVM]
+    measured += [d.detail for d in plan.declines if d.rejected is nx.Rejected.PARTITION]
+    assert measured and all("measured" in m for m in measured), plan
+
+
 def test_a_symbolic_model_runs_on_onnxruntime_until_its_shapes_recur(caplog):
     model = _chain("cols")
     sess = nx.InferenceSession(model, providers=AUTO)
@@ -183,7 +191,8 @@ def test_a_symbolic_model_runs_on_onnxruntime_until_its_shapes_recur(caplog):
     with caplog.at_level(logging.INFO, logger="nxrt_tvm.session"):
         out = sess.run(None, feeds)
     built = sess.session_for(feeds)
-    assert built is not sess and [str(p.ep) for p in built.plan.partitions] == [TVM], built.plan.declines
+    assert built is not sess and built.get_inputs()[0].shape == [256, 512]
+    _assert_measured(built.plan)
     assert_parity(out, ort_run(model, feeds))
     assert not any("symbolic plan" in r.getMessage() for r in caplog.records)
 
@@ -200,7 +209,7 @@ def test_a_deferred_model_builds_its_symbolic_plan_once_shapes_vary(caplog):
     general = sess.session_for(_cols(128))
     assert general is not sess and not general.deferred
     assert general.get_inputs()[0].shape == [256, "cols"]
-    assert TVM in general.plan.nodes_by_ep(), general.plan.declines
+    _assert_measured(general.plan)
     assert_parity(out, ort_run(model, _cols(128)))
     assert sess.session_for(_cols(64)) is general and sess.session_for(_cols(200)) is general
 
@@ -216,7 +225,10 @@ def test_a_deferred_model_builds_its_symbolic_plan_once_shapes_vary(caplog):
 def test_the_symbolic_plan_is_built_at_load_where_asked_or_nothing_is_judged(providers, options):
     sess = nx.InferenceSession(_chain("cols"), options, providers=providers)
     assert not sess.deferred
-    assert TVM in sess.plan.nodes_by_ep(), sess.plan.declines
+    if providers is AUTO:  # judged now
+        _assert_measured(sess.plan)
+    else:
+        assert TVM in sess.plan.nodes_by_ep(), sess.plan.declines
 
 
 def test_a_bad_symbolic_compile_value_is_refused():
