@@ -4,6 +4,11 @@ import os as _os
 
 # TVM's thread pool starts with half the cores on x86 and reads this once: give it all of them.
 _os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0))))
+# Its workers spin (sched_yield) this many times waiting for the next job before they sleep: TVM's default,
+# 300000, kept a core busy for 170 ms after every run, taking it from onnxruntime's partitions and from
+# onnxruntime timed against TVM (which then read slower than it is). 20000 is about 10 ms: the kernels of
+# one run, and runs back to back, still find the workers awake.
+_os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "20000")
 
 from .no_torch import without_torch as _without_torch  # noqa: E402
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from .device import DeviceId
 from .tensor import TensorView
@@ -38,6 +41,12 @@ class Kernel(abc.ABC):
     @abc.abstractmethod
     def compute(self, inputs: Sequence[TensorView]) -> list[TensorView]:
         """Run the subgraph; raise `KernelFailed` (never a bare exception) on failure."""
+
+    def compute_arrays(self, arrays: Sequence[np.ndarray]) -> list[Any]:
+        """`compute` from host arrays to host arrays (sequences stay lists): the session's call where this
+        kernel is the whole plan. A kernel may override it to skip the views on the way."""
+        outputs = self.compute([TensorView.host_array(a) for a in arrays])
+        return [v.numpy() if isinstance(v, TensorView) else v for v in outputs]
 
     def variants(self) -> list[KernelVariant]:
         """Which implementation each part of the kernel runs (tuned, default schedule, ...)."""

@@ -114,6 +114,15 @@ class ExecutionProvider(abc.ABC):
         alone is 0.2 s)."""
         return None
 
+    def recall(self, name: str, what: str) -> Any:
+        """The JSON value `remember` kept about this EP's partition `name` under `what`; None where none
+        is kept (no compile cache, or the partition's code changed since)."""
+        return None
+
+    def remember(self, name: str, what: str, value: Any) -> None:
+        """Keep a JSON value about partition `name` (a measurement) with its compile result, so that
+        later sessions on this host read it instead of measuring again; a no-op where nothing is kept."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device})"
 

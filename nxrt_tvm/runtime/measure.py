@@ -31,6 +31,7 @@ is reported unmeasured, before TVM code ever sees them.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -56,6 +57,7 @@ from .ort_session import ort_session, partition_for_ort
 __all__ = [
     "PartitionTiming",
     "REPRESENTATIVE_SIZES",
+    "SPIN_DOWN_S",
     "measure_partition",
     "median_pass",
     "PASSES",
@@ -71,6 +73,10 @@ REPRESENTATIVE_SIZES = {"batch": 1, "other": (32, 512), "large": 256}
 
 #: passes of onnxruntime then TVM on the same inputs (see the module doc)
 PASSES = 3
+#: how long a pool spins on after its last run, taking a core from whatever runs next (TVM's workers
+#: about 10 ms, TVM_THREAD_POOL_SPIN_COUNT as nxrt_tvm sets it; onnxruntime's about 50 ms): the pause
+#: before the other side is timed (onnxruntime read 5-10% slower right after TVM's runs)
+SPIN_DOWN_S = 0.06
 
 
 @dataclass(frozen=True)
@@ -210,11 +216,14 @@ def measure_partition(
 
     passes = [timed(arrays, ort_s, sizes)]
     for _ in range(PASSES - 1):
+        time.sleep(SPIN_DOWN_S)
         ort_again = _ort_seconds(alone, dict(zip(inputs, arrays)), share_s, threads)
         if ort_again is None:
             break
         passes.append(timed(arrays, ort_again, sizes))
     timing = median_pass(passes)
+    if large:
+        time.sleep(SPIN_DOWN_S)
     ort_large = _ort_seconds(alone, dict(zip(inputs, large[0])), share_s, threads) if large else None
     if ort_large is not None:
         at_large = timed(large[0], ort_large, large[1])

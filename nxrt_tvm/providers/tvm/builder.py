@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import numpy as np
 import tvm
@@ -61,7 +62,7 @@ def _build_rejected(message: str) -> DeclineSignal:
 
 
 def _timing_field(threads: int) -> str:
-    """Where a cache entry's meta keeps the timing for sessions of `threads` intra-op threads."""
+    """What a partition's timing for sessions of `threads` intra-op threads is kept as (`recall`)."""
     return "timing" if threads == 0 else f"timing@{threads}"
 
 
@@ -226,24 +227,37 @@ class PartitionBuilder:
         library = self.library(name)
         return library, self.built.pop(name)[1]
 
+    def recall(self, name: str, what: str) -> Any:
+        """The JSON value `remember` kept about partition `name` under `what`, None where none is: an
+        entry of its own, keyed by the partition's compile key (target and the pool's threads included),
+        so what changes the compiled code forgets it."""
+        key_meta = self.entries.get(name)
+        if key_meta is None or self.cache is None:
+            return None
+        entry = self.cache.get(cache_key(key_meta[0], what))
+        if entry is None or not entry.blob:
+            return None
+        try:
+            return json.loads(bytes(entry.blob))
+        except ValueError:  # not ours: measured again, and kept anew
+            return None
+
+    def remember(self, name: str, what: str, value: Any) -> None:
+        """Keep `value` (JSON) about partition `name` with its compile result (`recall`)."""
+        key_meta = self.entries.get(name)
+        if key_meta is None or self.cache is None:
+            return
+        self.keep(cache_key(key_meta[0], what), json.dumps(value).encode(), {"kind": what, "partition": name})
+
     def remembered_timing(self, name: str, threads: int = 0) -> tuple[bool, PartitionTiming | None]:
-        """(found, timing) stored with a cached partition (the key holds the target, the pool's threads
-        included) for sessions of `threads` intra-op threads; a timing of None means it could not be
-        measured."""
-        key_meta, field = self.entries.get(name), _timing_field(threads)
-        if key_meta is None or field not in key_meta[1]:
-            return False, None
-        return True, PartitionTiming.from_json(key_meta[1][field])
+        """(found, timing) kept for partition `name` and sessions of `threads` intra-op threads; a timing
+        of None means it could not be measured."""
+        value = self.recall(name, _timing_field(threads))
+        return (False, None) if value is None else (True, PartitionTiming.from_json(value))
 
     def remember_timing(self, name: str, timing: PartitionTiming | None, threads: int = 0) -> None:
-        """Store a partition's timing with its compile result, so later sessions do not re-measure it."""
-        key_meta, built = self.entries.get(name), self.built.get(name)
-        if key_meta is None or built is None or self.cache is None:
-            return
-        key, meta = key_meta
-        meta = meta | {_timing_field(threads): None if timing is None else timing.to_json()}
-        self.keep(key, built[1], meta)  # the blob this session built or loaded: no second read
-        self.entries[name] = (key, meta)
+        """Keep a partition's timing with its compile result, so later sessions do not re-measure it."""
+        self.remember(name, _timing_field(threads), "unmeasured" if timing is None else timing.to_json())
 
     def build(
         self,

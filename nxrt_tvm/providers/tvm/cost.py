@@ -1,9 +1,12 @@
 """Measured claims: a built partition is kept only where TVM runs it at least as fast as the fallback.
 
-`claim_policy='auto'` (the default) keeps a partition where TVM measured at least 5% faster than
-onnxruntime running it alone (the margin covers timing noise and the session's own per-run cost), and
-by `SPLIT_US` more where it is not the whole model, so the default never makes a model slower than
-onnxruntime alone;
+`claim_policy='auto'` (the default) keeps a partition that is not the whole model where TVM measured at
+least 5% faster than onnxruntime running it alone (the margin covers timing noise and the session's own
+per-run cost) and by `SPLIT_US` more; a partition that is the whole model where TVM measured no more than
+5% slower, since the session then times the plan against onnxruntime on the user's own model, which is
+what the user would otherwise run (`InferenceSession._check_against_whole`: Silero VAD 16k's If branches,
+taken before claims, left onnxruntime 107 us on our graph against 145 us on the model as exported), so
+the default never makes a model slower than onnxruntime alone;
 `'cost'` keeps it only where TVM measured 5% faster plus one fallback run (the run a split adds);
 `'all'` measures nothing. A timing is taken once per compiled partition and remembered with it in
 the compile cache, so the choice does not flip with timing noise from one session to the next.
@@ -72,16 +75,24 @@ def judge_cost(
     (`whole`: the partition is the whole model, so it splits nothing)."""
     if timing is None:
         return Cost(None, "unmeasured (onnxruntime cannot run it alone on representative inputs); kept"), None
-    cost = Cost(timing.tvm_us, _source(timing, remembered))
+    cost = Cost(timing.tvm_us, _source(timing, remembered), timing.ort_alone_us)
     if policy == "auto":
-        # Where it is the whole model, onnxruntime alone is what the user would otherwise run; where it
-        # sits between fallback partitions, declining it also saves the switches, so this is the bar.
-        split = 0.0 if whole else SPLIT_US
-        if timing.tvm_us * (1 + COST_MARGIN) + split <= timing.ort_alone_us:
+        # Where it sits between fallback partitions, declining it also saves the switches, so this is the
+        # bar. Where it is the whole model, the session's check against the user's model decides.
+        if whole and timing.tvm_us <= timing.ort_alone_us * (1 + COST_MARGIN):
             return cost, None
-        rule = f"TVM must be {COST_MARGIN:.0%} faster than onnxruntime running it alone" + (
-            "" if whole else f", plus {SPLIT_US:.0f} us for the split it makes of the model"
-        )
+        if not whole and timing.tvm_us * (1 + COST_MARGIN) + SPLIT_US <= timing.ort_alone_us:
+            return cost, None
+        if whole:
+            rule = (
+                f"TVM must be at most {COST_MARGIN:.0%} slower than onnxruntime running it alone (the "
+                "session then times it against onnxruntime on the whole model)"
+            )
+        else:
+            rule = (
+                f"TVM must be {COST_MARGIN:.0%} faster than onnxruntime running it alone, plus "
+                f"{SPLIT_US:.0f} us for the split it makes of the model"
+            )
     else:
         # TVM must win by the timing noise and by the fallback run that splitting the graph adds: the
         # bundled model's conv partition measured level with onnxruntime, and taking it made the session

@@ -83,6 +83,12 @@ class TvmExecutionProvider(ExecutionProvider):
     def optimizer_passes(self) -> list[tvm.transform.Pass]:
         return list(self.lowering.user_passes)
 
+    def recall(self, name: str, what: str) -> Any:
+        return self.builder.recall(name, what)
+
+    def remember(self, name: str, what: str, value: Any) -> None:
+        self.builder.remember(name, what, value)
+
     def inference_store(self) -> BlobStore | None:
         """The compile cache (`cache_dir`), where one is set."""
         return None if self.builder.cache is None else _InferenceStore(self.builder)
