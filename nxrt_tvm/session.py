@@ -137,7 +137,7 @@ class InferenceSession:
     ):
         started = time.perf_counter()
         #: builds for recurring input shapes (None: static inputs, a precompiled model, or turned off; and
-        #: while the session is made: its split check runs it)
+        #: while the session is made: its whole-model check runs it)
         self._specialiser: ShapeSpecialiser[InferenceSession] | None = None
         #: the one kernel of a fixed-shape plan, called straight from `run` on array feeds that fit it
         self._direct: _Direct | None = None
