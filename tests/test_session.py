@@ -311,26 +311,24 @@ def test_a_split_slower_than_the_fallback_whole_runs_the_whole_model():
         np.testing.assert_array_equal(got, want)
 
 
-def test_plans_kept_by_measurement_are_checked_unless_they_won_clearly():
+def test_plans_kept_by_measurement_are_checked():
     """claim_policy 'all' keeps its plan as asked; a plan kept because partitions measured faster alone
-    ('auto', 'cost') is checked against the fallback on the whole model where it splits the model, or
-    where a partition won by less than `CLEAR_MARGIN` (the session's steps per run are not in the
-    partition's timing: a dynamic-int8 BERT kept on TVM ran 1.03x onnxruntime's time)."""
-    from nxrt_tvm.session import CLEAR_MARGIN, _to_check
+    ('auto', 'cost') is checked against the fallback on the user's whole model, split or not, however
+    clearly they won: they were measured against onnxruntime on our graph, which may not be the user's
+    (ViT's inlined layer norms: kept at 0.7x onnxruntime alone on ours, 1.12x on the model as exported)."""
+    from nxrt_tvm.session import _to_check
 
     def claim(ep, cost):
         return nx.SubgraphClaim(ep, f"{ep}_{cost.source}", (0,), (), ("y",), cost)
 
-    measured = claim(TVM, nx.Cost(1.0, "measured at seq=32; onnxruntime alone 9.0 us", 9.0))
-    thin = claim(TVM, nx.Cost(100.0, "measured; onnxruntime alone 110.0 us", 100.0 * (1 + CLEAR_MARGIN) - 1))
+    measured = claim(TVM, nx.Cost(1.0, "measured at seq=32; onnxruntime alone 9.0 us"))
     asked = claim(TVM, nx.Cost())  # claim_policy 'all': no estimate
     unmeasured = claim(TVM, nx.Cost(None, "unmeasured (onnxruntime cannot run it alone); kept"))
     fallback = claim(CPU, nx.Cost())
     assert _to_check([measured, fallback])
+    assert _to_check([measured])  # the whole model on TVM, 9x faster alone
     assert not _to_check([asked, fallback])
     assert not _to_check([unmeasured, fallback])
-    assert not _to_check([measured])  # the whole model on TVM, 9x faster alone
-    assert _to_check([thin])  # the whole model on TVM, by less than the margin
 
 
 def test_intra_op_num_threads_runs_both_engines_on_that_many_threads():

@@ -47,8 +47,6 @@ class Cost:
 
     latency_us: float | None = None
     source: str = "unestimated"
-    #: the fallback's time on the same nodes, where they were measured both ways
-    fallback_us: float | None = None
 
     def __str__(self) -> str:
         if self.latency_us is None:

@@ -122,7 +122,7 @@ def test_a_whole_model_level_with_onnxruntime_alone_is_kept_for_the_session_to_j
 
     level = measure.PartitionTiming(103.0, 92.0, 8.0, "")  # TVM 3% slower than onnxruntime alone
     cost, decline = judge_cost("auto", 69, level, False, whole=True)
-    assert decline is None and cost.latency_us == 103.0 and cost.fallback_us == 100.0
+    assert decline is None and cost.latency_us == 103.0
     assert judge_cost("auto", 69, level, False, whole=False)[1] is not None
     slower = measure.PartitionTiming(106.0, 92.0, 8.0, "")  # over 5% slower
     (_, decline) = judge_cost("auto", 69, slower, False, whole=True)
@@ -360,11 +360,8 @@ def test_a_bad_policy_in_the_environment_says_where_it_came_from(monkeypatch):
 
 
 def _kept_by_measurement(monkeypatch, plan_s: float, whole_s: float) -> list:
-    """Every measured plan checked against onnxruntime on the whole model, with these times; the
-    partitions measured 10x faster alone. Returns the sessions the check timed."""
-    from nxrt_tvm import session as session_module
-
-    monkeypatch.setattr(session_module, "CLEAR_MARGIN", 1e9)
+    """The plan checked against onnxruntime on the whole model reads these times; the partitions measured
+    10x faster alone. Returns the sessions the check timed."""
     monkeypatch.setattr(
         tvm_provider, "measure_partition", lambda *args: measure.PartitionTiming(10.0, 95.0, 5.0, "")
     )

@@ -75,7 +75,7 @@ def judge_cost(
     (`whole`: the partition is the whole model, so it splits nothing)."""
     if timing is None:
         return Cost(None, "unmeasured (onnxruntime cannot run it alone on representative inputs); kept"), None
-    cost = Cost(timing.tvm_us, _source(timing, remembered), timing.ort_alone_us)
+    cost = Cost(timing.tvm_us, _source(timing, remembered))
     if policy == "auto":
         # Where it sits between fallback partitions, declining it also saves the switches, so this is the
         # bar. Where it is the whole model, the session's check against the user's model decides.
