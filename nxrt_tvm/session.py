@@ -54,7 +54,7 @@ from .runtime.kernel import POOL_THREADS, use_threads
 from .runtime.measure import SPIN_DOWN_S, representative_inputs
 from .runtime.specialise import Shapes, ShapeSpecialiser
 from .session_options import SessionConfig
-from .timing import PhaseTimes, median_seconds, phase, record_phases
+from .timing import PhaseTimes, median_by, median_seconds, phase, record_phases
 
 __all__ = ["InferenceSession", "NodeArg", "PartitionTime", "DEFAULT_PROVIDERS"]
 
@@ -342,12 +342,11 @@ class InferenceSession:
         between regimes seconds apart); None where onnxruntime takes no representative inputs, or the
         plan fails on random ones."""
         for feeds in representative_inputs(self._graph, list(self._inputs)):
+            started = time.perf_counter()
             try:
                 whole.run_host(self._output_names, feeds)
             except Exception:  # onnxruntime refuses these sizes (no common base): try the next
                 continue
-            started = time.perf_counter()
-            whole.run_host(self._output_names, feeds)
             once = time.perf_counter() - started  # a side takes about 4 runs a pass (`median_seconds`)
             passes = []
             for _ in range(max(1, min(CHECK_PASSES, int(CHECK_BUDGET_S / (8 * once))))):
@@ -360,7 +359,7 @@ class InferenceSession:
                 time.sleep(SPIN_DOWN_S)
                 run_whole = partial(whole.run_host, self._output_names, feeds)
                 passes.append((plan_s, median_seconds(run_whole, 50, warmup=1, budget_s=CHECK_S)))
-            return sorted(passes, key=lambda p: p[0] / p[1])[(len(passes) - 1) // 2]
+            return median_by(passes, lambda p: p[0] / p[1])
         return None
 
     def _run_whole(self, whole: OrtKernel, plan_s: float, whole_s: float) -> None:

@@ -17,11 +17,15 @@ import contextvars
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
+    "median_by",
     "median_seconds",
     "warm_up",
     "interleaved_medians",
@@ -69,6 +73,12 @@ def timed_window(
         fn()
         samples.append(time.perf_counter() - t)
     return tuple(samples)
+
+
+def median_by(items: Sequence[T], key: Callable[[T], float]) -> T:
+    """The item whose `key` is the median (of an even count, the lower): of passes that time two sides in
+    turn, the pass whose ratio is the median (each side's own median would pair different regimes)."""
+    return sorted(items, key=key)[(len(items) - 1) // 2]
 
 
 def interleaved_medians(

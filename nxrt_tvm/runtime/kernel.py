@@ -6,8 +6,9 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -189,35 +190,28 @@ class TvmKernel(Kernel):
             raise InvalidTensorView(
                 f"kernel {self.name} takes {len(self.input_names)} inputs, got {len(inputs)}"
             )
-        main, staging = self._per_thread()
-        args, used = [], []
-        for k, view in enumerate(inputs):
-            tensor, staged = _to_tvm(view, self.device, self._tvm_device, staging[k])
-            if staged is not None:
-                staging[k] = staged
-                used.append(staged)
-            args.append(tensor)
-        return [self._as_view(k, value) for k, value in enumerate(self._call(main, args, used, inputs))]
+        results = self._call(inputs, partial(_to_tvm, device=self.device, tvm_dev=self._tvm_device))
+        return [self._as_view(k, value) for k, value in enumerate(results)]
 
     def compute_arrays(self, arrays: Sequence[np.ndarray]) -> list[Any]:
         """`compute` without views: a small model's run spent about as long in the views and their
         conversions as in its compiled code (Silero VAD: 82 us in the VM, 140 us a session run)."""
         if self.device.type is not DeviceType.CPU:
             return super().compute_arrays(arrays)
+        results = self._call(arrays, partial(_host_to_tvm, tvm_dev=self._tvm_device))
+        return [self._as_array(k, value) for k, value in enumerate(results)]
+
+    def _call(self, inputs: Sequence[Any], to_tvm: Callable[..., tuple[Any, _Staged | None]]) -> list[object]:
+        """The VM's results for `inputs` (each made a TVM tensor by `to_tvm(input, staged=...)`, given
+        this thread's staged copy of it), one per output, none sharing a staged input's memory."""
         main, staging = self._per_thread()
         args, used = [], []
-        for k, array in enumerate(arrays):
-            tensor, staged = _host_to_tvm(array, self._tvm_device, staging[k])
+        for k, value in enumerate(inputs):
+            tensor, staged = to_tvm(value, staged=staging[k])
             if staged is not None:
                 staging[k] = staged
                 used.append(staged)
             args.append(tensor)
-        return [self._as_array(k, value) for k, value in enumerate(self._call(main, args, used, arrays))]
-
-    def _call(
-        self, main: tvm.runtime.Function, args: list, used: list[_Staged], inputs: Sequence[Any]
-    ) -> list[object]:
-        """The VM's results for `args`, one per output, none sharing a staged input's memory."""
         count = len(self.output_names)
         try:
             result = main(*args, *self._tail)

@@ -49,7 +49,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import RuntimeException as OrtR
 from ..api.device import DeviceId, DeviceType
 from ..api.tensor import TensorView, aligned_empty
 from ..graph.model import GraphView
-from ..timing import median_seconds
+from ..timing import median_by, median_seconds
 from .artifact import Library
 from .kernel import TvmKernel, use_threads
 from .ort_session import ort_session, partition_for_ort
@@ -74,8 +74,8 @@ REPRESENTATIVE_SIZES = {"batch": 1, "other": (32, 512), "large": 256}
 #: passes of onnxruntime then TVM on the same inputs (see the module doc)
 PASSES = 3
 #: how long a pool spins on after its last run, taking a core from whatever runs next (TVM's workers
-#: about 10 ms, TVM_THREAD_POOL_SPIN_COUNT as nxrt_tvm sets it; onnxruntime's about 50 ms): the pause
-#: before the other side is timed (onnxruntime read 5-10% slower right after TVM's runs)
+#: about 10 ms, TVM_THREAD_POOL_SPIN_COUNT as nxrt_tvm sets it, 170 ms at TVM's default; onnxruntime's
+#: about 50 ms, both read off the threads' CPU time): the pause before the other side is timed
 SPIN_DOWN_S = 0.06
 
 
@@ -234,8 +234,7 @@ def measure_partition(
 
 def median_pass(passes: Sequence[PartitionTiming]) -> PartitionTiming:
     """The pass whose TVM-to-onnxruntime ratio is the median (of two, the one better for TVM)."""
-    ranked = sorted(passes, key=lambda t: t.tvm_us / max(t.ort_alone_us, 1e-3))
-    return ranked[(len(ranked) - 1) // 2]
+    return median_by(passes, lambda t: t.tvm_us / max(t.ort_alone_us, 1e-3))
 
 
 #: elements of one value that no partition writes in the few microseconds `providers.tvm.cost.cannot_win`
