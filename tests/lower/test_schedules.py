@@ -252,6 +252,8 @@ CASES = {
     "reducemax_all_1x128x128": (pool("ReduceMax", [1, 128, 128], keepdims=0), "full-reduction", 1e-6),
     "reducemin_all_2x6x24": (pool("ReduceMin", [2, 6, 24], keepdims=1), "full-reduction", 1e-6),
     "reducesum_all_4x3x40": (pool("ReduceSum", [4, 3, 40], keepdims=0), "full-reduction", 1e-4),
+    # rows of 20: quarter vectors on AVX-512 and half ones on AVX2 (whole ones divide neither)
+    "reducesum_all_2x3x20": (pool("ReduceSum", [2, 3, 20], keepdims=0), "full-reduction", 1e-4),
     "maxpool3x3s2_1x5x13x13": (
         pool("MaxPool", [1, 5, 13, 13], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
         "pooling",

@@ -31,6 +31,7 @@ __all__ = [
     "RULE_ATTR",
     "vector_lanes",
     "vector_registers",
+    "dividing_lanes",
     "extent_of",
     "uses_div_mod",
     "division_run",
@@ -263,6 +264,13 @@ def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
     return max(vector_bits(target) // dtype_bits, 1)
 
 
+def dividing_lanes(extent: int, lanes: int, least: int = 4) -> int | None:
+    """The widest vector that divides `extent`: a whole one, else a half or a quarter one of `least`
+    lanes or more. AVX-512's 16 fp32 lanes divide fewer extents than AVX2's 8 (a 24-wide row, 40
+    elements): a half vector keeps them vectorised where a whole one would leave them scalar."""
+    return next((t for t in (lanes, lanes // 2, lanes // 4) if t >= least and extent % t == 0), None)
+
+
 def extent_of(sch: s_tir.Schedule, loop) -> int | None:
     """A loop's constant extent, or None when it is symbolic."""
     extent = sch.get(loop).extent
@@ -293,6 +301,7 @@ def parallel_vectorize(sch: s_tir.Schedule, block, lanes: int) -> None:
     if segment is not None:  # whole segments: the division is by the outer part only, the lanes read plainly
         outer_part, inner = sch.split(inner, factors=[None, segment])
         loops = [*loops[:-1], outer_part, inner]
+        lanes = dividing_lanes(segment, lanes)  # whole vectors within the segment
     if vectorise:
         extent = extent_of(sch, inner)
         if extent is None or extent > lanes:
@@ -415,7 +424,12 @@ def contiguous_segment(sch: s_tir.Schedule, block, var_index: int, lanes: int) -
     extent = stmt.iter_vars[var_index].dom.extent
     indices = [rng.min for region in stmt.reads for rng in region.region]
     run = division_run(indices, var)
-    if not isinstance(extent, tirx.IntImm) or not run or run % lanes or int(extent.value) % run:
+    if (
+        not isinstance(extent, tirx.IntImm)
+        or not run
+        or int(extent.value) % run
+        or not dividing_lanes(run, lanes)
+    ):
         return None
     analyzer = sym.Analyzer()
     _, lane = split_iterator(analyzer, var, int(extent.value), run)

@@ -20,7 +20,7 @@ import math
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from .base import CpuRule, extent_of, inline, parallel, uses_div_mod, vector_lanes
+from .base import CpuRule, dividing_lanes, extent_of, inline, parallel, uses_div_mod, vector_lanes
 
 __all__ = ["Generic"]
 
@@ -96,7 +96,8 @@ def _vectorise_inner(sch: s_tir.Schedule, block, loop, var_index: int, lanes: in
     if extent <= lanes:
         sch.vectorize(loop)
         return loop
-    if extent % lanes:
+    lanes = dividing_lanes(extent, lanes)
+    if lanes is None:
         return None
     outer, vec = sch.split(loop, factors=[None, lanes])
     sch.vectorize(vec)

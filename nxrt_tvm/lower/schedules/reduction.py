@@ -30,7 +30,16 @@ from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_reg
 from tvm.s_tir.dlight.cpu import Reduction as _DlightReduction
 
 from ..strict import own_failure, raised_by_us
-from .base import CpuRule, KernelStart, extent_of, parallel, parallel_outer, parallel_vectorize, vector_lanes
+from .base import (
+    CpuRule,
+    KernelStart,
+    dividing_lanes,
+    extent_of,
+    parallel,
+    parallel_outer,
+    parallel_vectorize,
+    vector_lanes,
+)
 from .core import contraction_shape, pick_j_tile
 
 __all__ = ["FullReduction", "Pooling", "RowReduction", "Normalization"]
@@ -204,10 +213,12 @@ class FullReduction(CpuRule):
         stmt = sch.get(block)
         if any(iv.iter_type == tirx.IterVar.DataPar and _extent(iv.dom.extent) != 1 for iv in stmt.iter_vars):
             return None  # some output axis: a row or pooling reduction
-        lanes = vector_lanes(target)
         loops = sch.get_loops(block)
         width = extent_of(sch, loops[-1])
-        if stmt.iter_vars[-1].iter_type != tirx.IterVar.CommReduce or width is None or width % lanes:
+        if stmt.iter_vars[-1].iter_type != tirx.IterVar.CommReduce or width is None:
+            return None
+        lanes = dividing_lanes(width, vector_lanes(target))
+        if lanes is None:
             return None
         for info in blocks[:-1]:
             sch.compute_inline(info.block_rv)

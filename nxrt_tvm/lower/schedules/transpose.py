@@ -22,7 +22,15 @@ from dataclasses import dataclass
 
 from tvm import ir, s_tir, sym, tirx
 
-from .base import CpuRule, div_mod_of, division_run, parallel_outer, split_iterator, vector_lanes
+from .base import (
+    CpuRule,
+    div_mod_of,
+    dividing_lanes,
+    division_run,
+    parallel_outer,
+    split_iterator,
+    vector_lanes,
+)
 from .injective import injective_blocks
 
 __all__ = ["Transpose"]
@@ -92,7 +100,7 @@ def _tile(extent: int, lanes: int, least: int) -> int | None:
     """The widest vector of `least` lanes or more (halving from `lanes`) that divides `extent`; else a
     whole vector where the extent is longer, its last tile guarded (`vector_guards` runs every other
     tile unguarded: ViT's 197 patches as 24 whole tiles and a guarded one)."""
-    whole = next((t for t in (lanes, lanes // 2, lanes // 4) if t >= least and extent % t == 0), None)
+    whole = dividing_lanes(extent, lanes, least)
     return whole if whole is not None or extent <= lanes else lanes
 
 
