@@ -33,6 +33,7 @@ from tvm.tirx import compilation_pipeline
 
 from . import hyperbolic  # noqa: F401 - registers cosh and sinh for llvm
 from .integer_powers import IntegerPowers
+from .schedules.core import LAYOUT_REWRITE
 from .strict import own_pass
 from .vector_guards import VersionGuardedVectors
 
@@ -44,6 +45,7 @@ __all__ = [
     "StackAllocateSmallBuffers",
     "tir_pipeline_for",
     "build_for_measurement",
+    "measured_module",
 ]
 
 #: name of the CPU pipeline in TVM's TIR pipeline registry (`tvm.compile(..., tir_pipeline=...)` takes names)
@@ -234,3 +236,39 @@ def build_for_measurement(mod: tvm.IRModule, target: tvm.target.Target, _params=
         importlib.import_module("tvm.s_tir.tensor_intrin")
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm.tirx.build(mod, target=target, pipeline=tir_pipeline_for(target))
+
+
+def measured_module(mod: tvm.IRModule) -> tvm.IRModule:
+    """A scheduled kernel as its measurement builds and feeds it: a weight packed with padding (the
+    matmul and conv rules' `pad_einsum` zero fill, where a tile does not divide the output channels:
+    SqueezeNet's 1000 classes on AVX-512) is copied by a select, which MetaSchedule's
+    `RemoveWeightLayoutRewriteBlock` cannot take ("Check failed: (load)"): the rule's schedule went
+    unmeasured and a searched record slower than it was applied. The measured kernel takes the packed
+    weight as its argument either way (compile folds the packing into a constant), so the select, never
+    run, is dropped."""
+
+    def plain_copy(block: s_tir.SBlock) -> s_tir.SBlock:
+        store = block.body
+        if LAYOUT_REWRITE not in block.annotations or not isinstance(store, tirx.BufferStore):
+            return block
+        value = store.value
+        if not (
+            isinstance(value, tvm.ir.Call)
+            and value.op.name == "prim.if_then_else"
+            and isinstance(value.args[1], tvm.ir.TensorLoad)
+        ):
+            return block
+        copy = tirx.BufferStore(store.buffer, value.args[1], store.indices)
+        return s_tir.SBlock(
+            block.iter_vars,
+            block.reads,
+            block.writes,
+            block.name_hint,
+            copy,
+            block.init,
+            block.alloc_buffers,
+            block.match_buffers,
+            block.annotations,
+        )
+
+    return tvm_ffi.structural_map(mod, (s_tir.SBlock, plain_copy))

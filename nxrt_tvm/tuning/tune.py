@@ -38,7 +38,7 @@ from ..graph.model import ModelSource, load_model
 from ..lower.device_key import DEFAULT_LOG_DIR, device_key, device_log_dir, write_device_file
 from ..lower.schedules import default_rules, schedule_with_rules
 from ..lower.target import make_target
-from ..lower.tir_pipeline import MEASURED_PIPELINE, build_for_measurement
+from ..lower.tir_pipeline import MEASURED_PIPELINE, build_for_measurement, measured_module
 from ..lower.tuned import TuningDatabase, is_searched, mean_us, record_sizes, replay, write_index
 from ..partition.plan import make_plan
 from ..providers import CPUExecutionProvider, TvmExecutionProvider
@@ -209,14 +209,11 @@ def measure_schedules(
     """Build and run each (kernel name, what, schedule) as MetaSchedule measures a trial: per schedule its
     (args info, run seconds), or None where it failed to build or run (logged). One build call and one
     run call for all of them (each call starts worker processes)."""
-    built = (
-        builder.build([ms.builder.BuilderInput(sch.mod, target) for *_, sch in scheduled])
-        if scheduled
-        else []
-    )
+    mods = [measured_module(sch.mod) for *_, sch in scheduled]
+    built = builder.build([ms.builder.BuilderInput(mod, target) for mod in mods]) if mods else []
     runnable, inputs = [], []
     device = "cpu" if target.kind.name == "llvm" else target.kind.name
-    for k, ((name, what, sch), result) in enumerate(zip(scheduled, built)):
+    for k, ((name, what, _), result) in enumerate(zip(scheduled, built)):
         if result.error_msg:
             log.warning(
                 "the %s schedule of %s did not build for measurement: %s",
@@ -227,7 +224,7 @@ def measure_schedules(
             continue
         # As MetaSchedule measures its candidates: a layout-rewrite
         # block (packed weights) is not run, its output is the argument.
-        args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+        args = ms.arg_info.ArgInfo.from_entry_func(mods[k], remove_preproc=True)
         runnable.append((k, name, what, args, result.artifact_path))
         inputs.append(ms.runner.RunnerInput(result.artifact_path, device, args))
     measured: list[tuple[list, list] | None] = [None] * len(scheduled)

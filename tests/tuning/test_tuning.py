@@ -27,10 +27,10 @@ from nxrt_tvm.tuning import device_key, open_database
 TRIALS = 4
 
 
-def _matmul_model(epilogue: str | None = None, rows: int | str = 32):
-    """x [rows, 64] @ w [64, 48], then an optional elementwise epilogue (fused into the same kernel)."""
+def _matmul_model(epilogue: str | None = None, rows: int | str = 32, cols: int = 48):
+    """x [rows, 64] @ w [64, cols], then an optional elementwise epilogue (fused into the same kernel)."""
     rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w")
+    weight = numpy_helper.from_array(rng.standard_normal((64, cols)).astype(np.float32), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y" if epilogue is None else "m"])]
     if epilogue is not None:
         nodes.append(helper.make_node(epilogue, ["m"], ["y"]))
@@ -38,7 +38,7 @@ def _matmul_model(epilogue: str | None = None, rows: int | str = 32):
         nodes,
         "mm",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
         [weight],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -257,6 +257,19 @@ def test_default_rule_is_the_baseline_record(tuned):
     # kept beside MetaSchedule's database, in its format, not inside it (the search seeds itself from its own)
     baseline = report.directory / "default_schedules" / "database_tuning_record.json"
     assert baseline.is_file() and len(baseline.read_text().splitlines()) == 1
+
+
+def test_the_rule_is_measured_where_it_packs_the_weight_padded(tmp_path):
+    """1001 columns: no register tile divides them, so the matmul rule packs the weight padded to whole
+    tiles, a copy through a select. MetaSchedule's removal of the packing for measurement took only plain
+    copies: the rule went unmeasured, and compile applied any searched record, however slow."""
+    report = nx.tune_model(
+        _matmul_model(cols=1001), trials=1, trials_per_iter=1, log_dir=tmp_path, progress=False
+    )
+    (task,) = report.tasks
+    assert task.rule_us is not None and task.rule_us > 0
+    state = json.loads((report.directory / "nxrt_tuning_state.json").read_text())
+    assert state[task.workload]["rule"] == "matmul"
 
 
 def test_resume_adds_nothing_for_finished_tasks(tuned):
