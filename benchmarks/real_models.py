@@ -30,10 +30,10 @@ untuned default lowering: no tuning record and no schedule rule), not run time.
 The table: median latency of each runtime (over all its timed runs), nxrt/ORT and nxrt/OV (the
 median of the per-round ratios of the windows' medians), the same ratios of the fastest windows (the
 speed with the least interference from the rest of a shared machine, as `timeit` advises its minimum),
-ready times, partitions, tvm-default kernels, and parity: the largest relative difference over the
-outputs, ``max|a - b| / max(max|b|, 1e-6)`` with onnxruntime as ``b``. The last row is the geomean of
-the ratios. A worker that crashes or runs past ``--timeout-s`` (to be ready, or for a window) is
-reported in its cell; the run goes on.
+ready times, partitions, tvm-default kernels, kernels that ran a tuning record, and parity: the largest
+relative difference over the outputs, ``max|a - b| / max(max|b|, 1e-6)`` with onnxruntime as ``b``. The
+last row is the geomean of the ratios. A worker that crashes or runs past ``--timeout-s`` (to be ready,
+or for a window) is reported in its cell; the run goes on.
 OpenVINO is optional (``pip install -e '.[bench]'``): without it its columns are left out, said.
 
 ``--seq 16,128`` times the models with a symbolic sequence dim (the transformer exports) at each
@@ -172,6 +172,7 @@ def _run_nxrt(model: Path, feeds: dict, threads: int):
             "declines": len(serving.plan.declines),
             "kernel_variants": variants,
             "tvm_default_kernels": variants.get("tvm-default", 0),
+            "tuned_kernels": tuned_kernels(variants),
             "tvm_kernels": sum(variants.values()),
         }
 
@@ -438,6 +439,7 @@ def summarise(name: str, runs: dict[str, dict]) -> dict:
             "tvm_partitions",
             "cpu_partitions",
             "tvm_default_kernels",
+            "tuned_kernels",
             "tvm_kernels",
             "kernel_variants",
             "tuning_logs",
@@ -469,6 +471,13 @@ RATIOS = tuple(
     for peer, key in (("onnxruntime", "nxrt_vs_ort"), ("openvino", "nxrt_vs_ov"))
 )
 TVM_DEFAULT_HEADER = "tvm-default kernels (count / all TVM kernels; no per-kernel timing)"
+TUNED_HEADER = "tuned kernels (a record of this device, or transferred / all TVM kernels)"
+
+
+def tuned_kernels(variants: dict[str, int]) -> int:
+    """Kernels that ran a tuning record's schedule (`tuned`, `tuned:anchor`, `tuned:transferred from
+    <key>`): how much of "tuned where logs exist" a model's figures hold."""
+    return sum(count for variant, count in variants.items() if variant.startswith("tuned"))
 
 
 def _ms(row: dict, rt: str) -> str:
@@ -514,6 +523,16 @@ def _columns(runtimes: list[str]) -> list[tuple[str, Callable[[dict], str]]]:
                     "-"
                     if r.get("tvm_kernels") is None
                     else f"{r['tvm_default_kernels']} / {r['tvm_kernels']}"
+                ),
+            )
+        )
+        cols.append(
+            (
+                TUNED_HEADER,
+                lambda r: (
+                    "-"
+                    if r.get("tvm_kernels") is None
+                    else f"{tuned_kernels(r.get('kernel_variants') or {})} / {r['tvm_kernels']}"
                 ),
             )
         )

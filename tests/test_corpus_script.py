@@ -128,6 +128,19 @@ def test_ratios_are_taken_round_by_round(tmp_path):
     assert row["nxrt_vs_ort_best"] == 0.5 and row["parity_nxrt"] == 0.0
 
 
+def test_the_table_counts_the_kernels_that_ran_a_tuning_record():
+    """ "Tuned where logs exist" holds only for the kernels a record matched: the table says how many."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import real_models
+
+    variants = {"tuned": 2, "tuned:anchor": 1, "tuned:transferred from k": 1, "default:conv": 3}
+    row = {"model": "m", "kernel_variants": variants, "tvm_kernels": 7, "tvm_default_kernels": 0}
+    (cell,) = [
+        cell for header, cell in real_models._columns(["nxrt-tvm"]) if header == real_models.TUNED_HEADER
+    ]
+    assert cell(row) == "4 / 7"
+
+
 def test_a_crashing_worker_is_reported_not_fatal(tmp_path):
     pytest.importorskip("onnxruntime")
     (tmp_path / "broken.onnx").write_bytes(b"not a model")
