@@ -351,6 +351,22 @@ def test_rule_matches_onnxruntime_and_applies(case, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    "case", ["reducemin_all_2x6x24", "reducesum_all_4x3x40", "reducesum_all_2x3x20", "softmax_5x12"]
+)
+def test_rules_take_widths_whole_avx512_vectors_do_not_divide(case, monkeypatch):
+    """16-lane vectors divide fewer widths than 8-lane ones: these ran the generic rule on a Zen 4 host
+    (half or quarter vectors now). Lowered for AVX-512 whatever the host, so an AVX2 host tests it too;
+    `test_rule_matches_onnxruntime_and_applies` runs them on the host's own ISA."""
+    model, rule, _ = CASES[case]
+    monkeypatch.setattr(base, "MIN_PARALLEL_WORK", 0)
+    funcs = _prim_funcs(_lowered(model, target=AVX512))
+    applied = {
+        str(f.attrs[RULE_ATTR]) for f in funcs.values() if f.attrs is not None and RULE_ATTR in f.attrs
+    }
+    assert rule in applied, (case, applied)
+
+
+@pytest.mark.parametrize(
     "case,rule,weight",
     [
         ("matmul_packed_1x64x96", "matmul", (3, 64, 32)),
