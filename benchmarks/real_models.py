@@ -172,7 +172,6 @@ def _run_nxrt(model: Path, feeds: dict, threads: int):
             "declines": len(serving.plan.declines),
             "kernel_variants": variants,
             "tvm_default_kernels": variants.get("tvm-default", 0),
-            "tuned_kernels": tuned_kernels(variants),
             "tvm_kernels": sum(variants.values()),
         }
 
@@ -439,7 +438,6 @@ def summarise(name: str, runs: dict[str, dict]) -> dict:
             "tvm_partitions",
             "cpu_partitions",
             "tvm_default_kernels",
-            "tuned_kernels",
             "tvm_kernels",
             "kernel_variants",
             "tuning_logs",

@@ -129,7 +129,7 @@ def test_ratios_are_taken_round_by_round(tmp_path):
 
 
 def test_the_table_counts_the_kernels_that_ran_a_tuning_record():
-    """ "Tuned where logs exist" holds only for the kernels a record matched: the table says how many."""
+    """The table says how many kernels a tuning record matched: "tuned where logs exist" holds for those."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import real_models
 
