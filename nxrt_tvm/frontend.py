@@ -45,11 +45,14 @@ unsafe on shapes that only the user's input decides:
   (floor). Ours extend such an input by the missing part first (see
   `_pool_like_onnxruntime`).
 
-- `MatMulInteger` (dynamic int8 quantisation) whose products sum exactly in float32: TVM multiplies
-  int32 vectors (`vpmulld`, 4x the cost of an fp32 FMA here), a quantised BERT's dense layers ran 4x
-  slower than onnxruntime. Where the operands' ranges (their int8/uint8 types less the zero points,
-  or a constant's own values) bound every partial sum below 2^24 (K * max|a| * max|b|), ours
-  computes in float32 and casts back: the same integers, on the float matmul rule.
+- `MatMulInteger` (dynamic int8 quantisation): TVM multiplies int32 vectors (`vpmulld`, 4x the cost
+  of an fp32 FMA here), a quantised BERT's dense layers ran 4x slower than onnxruntime. uint8
+  activations by constant int8 weights with no weight zero point (what `quantize_dynamic` writes) are
+  ``matmul(a, b, out_dtype="int32") - a_zero_point * colsum(b)``: the 8-bit operands kept for
+  `lower.integer_matmul` to give AVX-512 VNNI, or float32 where that is exact. Other operands, where
+  their ranges (their int8/uint8 types less the zero points, or a constant's own values) bound every
+  partial sum below 2^24 (K * max|a| * max|b|, `exact_in_float32`), are computed in float32 and cast
+  back: the same integers, on the float matmul rule.
 
 Two converters add ops TVM has none for: `LSTM` and `GRU` (layout 0, default activations, no
 sequence_lens, peepholes or clip: the claim rule declines the rest). Every step's input projection
@@ -96,6 +99,7 @@ from .recurrence import Recurrence, recurrence_kernel
 __all__ = [
     "EARLIER_VERSIONS",
     "GUARD_MARKER",
+    "exact_in_float32",
     "GuardFailure",
     "convert_map",
     "min_opset",
@@ -641,6 +645,15 @@ class _BitShift(onnx_frontend.BitShift):
 _FLOAT32_EXACT = 1 << 24
 
 
+def exact_in_float32(depth: object, bound_a: int | None, bound_b: int | None) -> bool:
+    """Whether every partial sum of `depth` products of integers of magnitude at most `bound_a` and
+    `bound_b` is an integer float32 holds exactly (None: unbounded)."""
+    if bound_a is None or bound_b is None:
+        return False
+    depth = depth.value if isinstance(depth, tirx.IntImm) else depth
+    return isinstance(depth, int) and depth * bound_a * bound_b < _FLOAT32_EXACT
+
+
 def _value_range(x: relax.Expr | None) -> tuple[int, int] | None:
     """The smallest and largest value of an integer operand: a constant's own, else its type's; None
     for a wider type (only 8- and 16-bit integers are bounded here)."""
@@ -664,22 +677,43 @@ def _difference_bound(x: relax.Expr, zero_point: relax.Expr | None) -> int | Non
     return max(abs(values[0] - zeros[1]), abs(values[1] - zeros[0]))
 
 
+def _dtype(x: relax.Expr | None) -> str:
+    return x.ty.dtype.dtype if x is not None and hasattr(x.ty, "dtype") else ""
+
+
+def _u8_by_s8_weights(a, b, a_zero, b_zero) -> bool:
+    """uint8 activations by constant 2-D int8 weights, no weight zero point, one activation zero point."""
+    no_b_zero = b_zero is None or (isinstance(b_zero, tvm.ir.GenericConst) and not b_zero.value.numpy().any())
+    zero_dims = _dims(a_zero) if a_zero is not None else []
+    one_a_zero = zero_dims is not None and all(isinstance(d, tirx.IntImm) and d.value == 1 for d in zero_dims)
+    return (
+        _dtype(a) == "uint8"
+        and _dtype(b) == "int8"
+        and isinstance(b, tvm.ir.GenericConst)
+        and len(b.value.shape) == 2
+        and no_b_zero
+        and one_a_zero
+    )
+
+
 class _MatMulInteger(onnx_frontend.MatMulInteger):
-    """TVM's MatMulInteger, computed in float32 where that is exact (see the module docstring)."""
+    """MatMulInteger as 8-bit operands for `lower.integer_matmul`, else in float32 where that is exact
+    (see the module docstring)."""
 
     @classmethod
     def _impl_v10(cls, bb, inputs, attr, params):
+        a, b, a_zero, b_zero = [*inputs, None, None][:4]
+        if _u8_by_s8_weights(a, b, a_zero, b_zero):
+            product = relax.op.matmul(a, b, out_dtype="int32")
+            if a_zero is None:
+                return product
+            sums = relax.const(b.value.numpy().astype(np.int32).sum(axis=0))  # sum_k b[k, j]
+            zero = relax.op.reshape(relax.op.astype(a_zero, "int32"), ())
+            return relax.op.subtract(product, relax.op.multiply(zero, sums))
         product = super()._impl_v10(bb, inputs, attr, params)  # matmul(a - a_zp, b - b_zp) in int32
-        inputs = [*inputs, None, None][:4]
-        bound_a, bound_b = _difference_bound(inputs[0], inputs[2]), _difference_bound(inputs[1], inputs[3])
-        dims = _dims(inputs[0])
+        dims = _dims(a)
         depth = dims[-1] if dims else None
-        if (
-            bound_a is None
-            or bound_b is None
-            or not isinstance(depth, tirx.IntImm)
-            or depth.value * bound_a * bound_b >= _FLOAT32_EXACT
-        ):
+        if not exact_in_float32(depth, _difference_bound(a, a_zero), _difference_bound(b, b_zero)):
             return product
         a, b = (relax.op.astype(operand, "float32") for operand in product.args)
         return relax.op.astype(relax.op.matmul(a, b, out_dtype="float32"), "int32")

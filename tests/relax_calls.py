@@ -19,3 +19,18 @@ def called(mod: tvm.IRModule) -> list[str]:
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
     return names
+
+
+def matmul_dtypes(mod: tvm.IRModule) -> list[tuple[str, str, str]]:
+    """(operand dtype, operand dtype, out dtype) of every Relax matmul in the module."""
+    found = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.matmul":
+            a, b = (str(x.ty.dtype) for x in expr.args)
+            found.append((a, b, str(expr.attrs.out_dtype)))
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found

@@ -31,6 +31,7 @@ from ..api.kernel import KernelVariant
 from ..timing import mark_phase
 from . import schedules
 from .fold_constants import with_bulk_folding
+from .integer_matmul import IntegerMatmul
 from .lift_constants import lift_constants
 from .named_sizes import NameCompoundSizes
 from .reshape_views import ReshapeKernelsAsViews, legalize_reshape
@@ -258,6 +259,7 @@ def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) ->
             legalize.append(ReshapeKernelsAsViews)
     return [
         *backend.library_dispatch_passes(target),
+        IntegerMatmul(target),
         *pre_legalize,
         *legalize,
         *mark_layout_free,

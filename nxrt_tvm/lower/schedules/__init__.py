@@ -8,6 +8,7 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
 `Winograd`         the input and output transforms of Winograd convolutions (unrolled, channel vectors)
 `Conv`             convolution, NHWC (padding as its own loop, register tile, epilogue); depthwise with
                    output pixels as the tile's rows
+`MatmulVnni`       uint8 x int8 matmul with constant weights on AVX-512 VNNI (``vpdpbusd`` tiles)
 `Matmul`           matmul, dense, batch matmul (+ bias/activation epilogue)
 `Pooling`          max/average pooling, single-input reductions
 `RowReduction`     softmax-like chains of last-axis reductions (vectorised partial reductions per row; any
@@ -49,6 +50,7 @@ from .injective import Injective
 from .matmul import Matmul
 from .reduction import FullReduction, Normalization, Pooling, RowReduction
 from .transpose import Transpose
+from .vnni import MatmulVnni
 from .winograd import Winograd
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "RULE_ATTR",
     "Conv",
     "Matmul",
+    "MatmulVnni",
     "Pooling",
     "FullReduction",
     "RowReduction",
@@ -78,6 +81,7 @@ def default_rules() -> list[CpuRule]:
     return [
         Winograd(),
         Conv(),
+        MatmulVnni(),
         Matmul(),
         Pooling(),
         FullReduction(),

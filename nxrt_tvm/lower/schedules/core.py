@@ -30,12 +30,21 @@ instead (`_pixel_rows`): one ragged tile per image, not one per row.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tvm import ir, s_tir, sym, tirx
 from tvm.s_tir.dlight.analysis import collect_block_iter_vars_used_in_access_region
 
 from .base import extent_of, parallel, parallel_vectorize, uses_div_mod, vector_lanes, vector_registers
 
-__all__ = ["ContractionShape", "contraction_shape", "tile_contraction", "tile_rows", "LAYOUT_REWRITE"]
+__all__ = [
+    "ContractionShape",
+    "DotProduct",
+    "contraction_shape",
+    "tile_contraction",
+    "tile_rows",
+    "LAYOUT_REWRITE",
+]
 
 #: the block annotation `relax.transform.SplitLayoutRewritePreproc` moves out of a kernel
 LAYOUT_REWRITE = "meta_schedule.layout_rewrite_preproc"
@@ -50,6 +59,16 @@ def tile_rows(target) -> int:
     6 x 2 with AVX2's 16 (8 x 2 spilled there: ResNet-18 ran 1.3x onnxruntime on a Zen 3, 6 x 2
     0.76x, the 1024^3 GEMM 1.07x instead of 1.7x)."""
     return min(TILE_I, (vector_registers(target) - VECTORS_J - 1) // VECTORS_J)
+
+
+@dataclass(frozen=True)
+class DotProduct:
+    """A tensor intrinsic that computes one vector of the register tile over `depth` terms of the
+    reduction at once (AVX-512 VNNI: 16 int32 lanes, each the sum of 4 uint8 x int8 products)."""
+
+    intrin: str  #: its `s_tir.TensorIntrin` name
+    lanes: int  #: output lanes a call computes
+    depth: int  #: reduction terms each lane sums in a call
 
 
 class ContractionShape:
@@ -262,9 +281,11 @@ def _packable_weight(sch: s_tir.Schedule, shape: ContractionShape) -> tirx.Buffe
     return None
 
 
-def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int) -> None:
+def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int, depth: int = 1) -> None:
     """Read `weight` through a ``[J / tile, r..., tile]`` copy made by a layout-rewrite block (folded at
-    compile time): its padded copy where `_pad_to_tiles` padded it, else a new copy."""
+    compile time): its padded copy where `_pad_to_tiles` padded it, else a new copy. With a `depth`
+    (a dot product's terms) the last reduction axis is split too, ``[J / tile, r..., R / depth, tile,
+    depth]``: the `depth` terms of each lane lie together, as the intrinsic reads them."""
     reads = sch.get(block).reads
     index = next((k for k, region in enumerate(reads) if region.source.same_as(weight)), None)
     if index is not None:
@@ -275,11 +296,13 @@ def _pack(sch: s_tir.Schedule, block, weight: tirx.Buffer, tile: int) -> None:
         index = next(k for k, region in enumerate(reads) if region.source.same_as(copy))
     sch.annotate(packed, LAYOUT_REWRITE, True)
     ndim = len(weight.shape)
-    sch.transform_layout(
-        block,
-        ("read", index),
-        tirx.IndexMap.from_func(lambda *idx: (idx[-1] // tile, *idx[:-1], idx[-1] % tile), ndim=ndim),
-    )
+
+    def packed_at(*idx):
+        if depth == 1:
+            return (idx[-1] // tile, *idx[:-1], idx[-1] % tile)
+        return (idx[-1] // tile, *idx[:-2], idx[-2] // depth, idx[-1] % tile, idx[-2] % depth)
+
+    sch.transform_layout(block, ("read", index), tirx.IndexMap.from_func(packed_at, ndim=ndim))
 
 
 def _is_copy(stmt: s_tir.SBlock) -> bool:
@@ -316,6 +339,7 @@ def _pad_to_tiles(
     j_axis: int,
     lanes: int,
     weight: tirx.Buffer | None,
+    copy_rows: bool = False,
 ) -> bool:
     """Pad the block's tile axes to whole register tiles (`padding`: 1 where not padded);
     False where the block is not an einsum (a convolution's composite indices): it keeps the split
@@ -326,8 +350,9 @@ def _pad_to_tiles(
     Input elements past the end read as zero: a select on the load, inlined where it is per row; an
     operand padded along the vectorised `j_axis` is copied padded first (a select per lane makes
     TVM scalarise the whole tile: attention scores 10x slower); the padded copy of a packable
-    `weight` is left to `_pack`, which makes it the packing. The copy out is inlined into the
-    epilogue (or is the epilogue), which keeps the real domain, so the padding is never written.
+    `weight` is left to `_pack`, which makes it the packing. `copy_rows` copies an operand padded
+    along the rows too (a tensor intrinsic reads whole buffers, not selects). The copy out is inlined
+    into the epilogue (or is the epilogue), which keeps the real domain, so the padding is never written.
     """
     try:
         sch.pad_einsum(block, padding)
@@ -341,7 +366,7 @@ def _pad_to_tiles(
         padded = sch.get(producer).writes[0].source
         region = next(r for r in stmt.reads if r.source.same_as(padded))
         used = collect_block_iter_vars_used_in_access_region(stmt, region.region)
-        if padding[j_axis] > 1 and any(v.same_as(j_var) for v in used):
+        if copy_rows or (padding[j_axis] > 1 and any(v.same_as(j_var) for v in used)):
             parallel_vectorize(sch, producer, lanes)
         else:
             sch.compute_inline(producer)
@@ -360,7 +385,8 @@ def tile_contraction(
     target,
     inline_producers: bool = True,
     j_major: bool = False,
-) -> s_tir.Schedule:
+    dot: DotProduct | None = None,
+) -> s_tir.Schedule | None:
     """Apply the register-tiled schedule (see the module docstring); raises on any schedule error.
 
     `inline_producers=False` keeps producers (padding) as their own parallel,
@@ -368,6 +394,9 @@ def tile_contraction(
     convolution's padding of no pixels) is inlined all the same: ResNet-50's 1x1 convs copied their
     whole input first.
     `j_major` puts the column tiles outside the row tiles (a packed weight puts them outermost).
+    `dot` computes each vector of the tile with a tensor intrinsic over `dot.depth` reduction terms (the
+    reduction's last axis split so, innermost; the weight packed to match); the caller sees that the
+    tile's vectors are `dot.lanes` wide and the reduction divides.
     """
     block = shape.block
     lanes, tile_i = vector_lanes(target), tile_rows(target)
@@ -411,7 +440,7 @@ def tile_contraction(
         if i_extent != 1 and _ragged(sch.get(loops[shape.i_axis]).extent, whole):
             padding[shape.i_axis] = whole
     padded = any(p > 1 for p in padding) and _pad_to_tiles(
-        sch, block, padding, epilogue, shape.spatial - 1, lanes, weight
+        sch, block, padding, epilogue, shape.spatial - 1, lanes, weight, copy_rows=dot is not None
     )
     if padded:
         loops = sch.get_loops(block)
@@ -425,6 +454,12 @@ def tile_contraction(
     spatial, reduce = list(loops[:n_spatial]), list(loops[n_spatial:])
     j_outer, j_tile = sch.split(spatial[-1], factors=[None, tile_j])
     j_vec_outer, j_vec = sch.split(j_tile, factors=[None, vec])
+    terms = []
+    if dot is not None:
+        if vec != dot.lanes:
+            return None  # the tile's vectors are not the intrinsic's: the caller's check failed
+        reduce[-1], term = sch.split(reduce[-1], factors=[None, dot.depth])
+        terms = [term]
     outer = spatial[:-1]
     rows = []
     if i_axis is not None and tile_i > 1:
@@ -442,7 +477,7 @@ def tile_contraction(
         tiles = [j_outer, *outer]
     elif j_major and i_axis is not None:
         tiles = [*outer[:i_axis], j_outer, *outer[i_axis:]]
-    sch.reorder(*tiles, *reduce, *rows, j_vec_outer, j_vec)
+    sch.reorder(*tiles, *reduce, *rows, j_vec_outer, j_vec, *terms)
 
     write_back = sch.cache_write(block, 0, "local")
     if padded:
@@ -467,13 +502,16 @@ def tile_contraction(
     for loop in rows:
         sch.unroll(loop)
     sch.unroll(j_vec_outer)
-    sch.vectorize(j_vec)
+    if dot is None:
+        sch.vectorize(j_vec)
     if reduce:
         init = sch.decompose_reduction(block, reduce[0])
         init_loops = sch.get_loops(init)
         sch.vectorize(init_loops[-1])
     if weight is not None:
-        _pack(sch, block, weight, tile_j)
+        _pack(sch, block, weight, tile_j, dot.depth if dot is not None else 1)
+    if dot is not None:
+        sch.tensorize(j_vec, dot.intrin)
     for rv in tail[:-1]:
         sch.compute_inline(rv)
     if tail:

@@ -1,0 +1,119 @@
+"""uint8 x int8 matmuls (MatMulInteger): AVX-512 VNNI dot products where the CPU has them and the shape
+fits, float32 where every partial sum is exact, int32 otherwise; every result exactly the ONNX
+reference's integers (tolerance 0)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+from onnx.reference import ReferenceEvaluator
+from relax_calls import matmul_dtypes
+
+import nxrt_tvm as nx
+from nxrt_tvm.frontend import import_onnx
+from nxrt_tvm.lower import pipeline
+from nxrt_tvm.lower.integer_matmul import IntegerMatmul
+from nxrt_tvm.lower.schedules import RULE_ATTR
+from nxrt_tvm.lower.schedules.vnni import has_vnni
+from nxrt_tvm.lower.target import make_target
+
+VNNI_CPU = {"kind": "llvm", "mcpu": "znver4"}  # AVX-512 VNNI
+AVX2_CPU = {"kind": "llvm", "mcpu": "haswell"}  # neither AVX-512 nor VNNI; runs on every host here
+HOST_HAS_VNNI = has_vnni(make_target("llvm"))
+
+
+def _model(depth: int, cols: int, rows: int | str = "rows", a_zero: bool = True) -> onnx.ModelProto:
+    """MatMulInteger as `quantize_dynamic` writes it: uint8 activations with a zero point fed at run
+    time, constant int8 weights (the extremes of the type in the first rows)."""
+    rng = np.random.default_rng(depth * cols)
+    weights = rng.integers(-128, 128, (depth, cols)).astype(np.int8)
+    weights[0], weights[1] = -128, 127
+    inputs = [h.make_tensor_value_info("a", T.UINT8, [rows, depth])]
+    names = ["a", "w"]
+    if a_zero:
+        inputs.append(h.make_tensor_value_info("a_zero", T.UINT8, []))
+        names.append("a_zero")
+    graph = h.make_graph(
+        [h.make_node("MatMulInteger", names, ["y"])],
+        "g",
+        inputs,
+        [h.make_tensor_value_info("y", T.INT32, None)],
+        [nh.from_array(weights, "w")],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_the_import_keeps_the_8_bit_operands():
+    assert matmul_dtypes(import_onnx(_model(128, 48))) == [("uint8", "int8", "int32")]
+
+
+@pytest.mark.parametrize(
+    ("cpu", "depth", "cols", "form"),
+    [
+        (VNNI_CPU, 128, 48, ("uint8", "int8", "int32")),  # VNNI: kept
+        (VNNI_CPU, 130, 48, ("float32", "float32", "float32")),  # depth not whole groups of 4
+        (VNNI_CPU, 128, 40, ("float32", "float32", "float32")),  # columns not whole 16-lane vectors
+        (AVX2_CPU, 128, 48, ("float32", "float32", "float32")),  # no VNNI: float32, exact
+        (AVX2_CPU, 512, 16, ("float32", "float32", "float32")),  # 512 x 255 x 128 < 2^24: still exact
+        (AVX2_CPU, 1024, 16, ("int32", "int32", "int32")),  # past 2^24: int32
+    ],
+)
+def test_the_target_decides_how_the_products_are_computed(cpu, depth, cols, form):
+    mod = IntegerMatmul(make_target(cpu))(import_onnx(_model(depth, cols)))
+    (found,) = matmul_dtypes(mod)
+    assert found == form
+
+
+@pytest.mark.parametrize(("depth", "cols", "rows"), [(128, 512, 128), (132, 48, 5), (64, 16, "rows")])
+def test_the_vnni_rule_tiles_the_kernel_and_packs_the_weight(depth, cols, rows):
+    """Lowered for a VNNI CPU whatever the host: the kernel runs `vpdpbusd` on the weight packed
+    [cols / tile, depth / 4, tile, 4] at compile time; rows no tile divides (5, symbolic) are padded."""
+    target = make_target(VNNI_CPU)
+    lowered = pipeline.lowering_pipeline(target, pipeline.Lowering())(import_onnx(_model(depth, cols, rows)))
+    funcs = [f for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc) and f.attrs]
+    kernels = [f for f in funcs if f.attrs.get(RULE_ATTR) == "matmul-vnni"]
+    assert len(kernels) == 1
+    script = kernels[0].script()
+    assert "llvm.x86.avx512.vpdpbusd.512" in script
+    tile = 32 if cols % 32 == 0 else 16
+    shapes = [
+        tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in b.shape)
+        for b in kernels[0].params
+        if hasattr(b, "shape")
+    ]
+    assert (cols // tile, depth // 4, tile, 4) in shapes, shapes
+
+
+def _session(model: onnx.ModelProto, cpu) -> nx.InferenceSession:
+    return nx.InferenceSession(model, provider_options=[{"target": cpu, "claim_policy": "all"}, {}])
+
+
+@pytest.mark.parametrize(
+    ("depth", "cols", "a_zero"), [(132, 48, True), (128, 512, False), (1024, 32, True), (516, 16, True)]
+)
+@pytest.mark.parametrize("cpu", ["vnni", "avx2"])
+def test_products_are_the_reference_integers(cpu, depth, cols, a_zero):
+    """Any row count (1, 37, 128 fed to a symbolic one), the extremes of both types: on a VNNI host its
+    dot products (where the shape fits), and AVX2's float32 or int32 form on any host."""
+    if cpu == "vnni" and not HOST_HAS_VNNI:
+        pytest.skip("the host has no AVX-512 VNNI")
+    model = _model(depth, cols, a_zero=a_zero)
+    session = _session(model, "llvm" if cpu == "vnni" else AVX2_CPU)
+    reference = ReferenceEvaluator(model)
+    rng = np.random.default_rng(3)
+    for rows in (1, 37, 128):
+        feeds = {"a": rng.integers(0, 256, (rows, depth)).astype(np.uint8)}
+        feeds["a"][0] = 255  # the largest values against the weights' extremes
+        if a_zero:
+            feeds["a_zero"] = np.array(rng.integers(0, 256), np.uint8)
+        np.testing.assert_array_equal(session.run(None, feeds)[0], reference.run(None, feeds)[0])
+    rules = {v.variant for kernels in session.kernel_variants().values() for v in kernels}
+    fits = depth % 4 == 0 and cols % 16 == 0
+    assert ("default:matmul-vnni" in rules) == (cpu == "vnni" and fits), rules
