@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import tvm
 from onnx import TensorProto as T
@@ -59,7 +60,7 @@ def test_the_import_keeps_the_8_bit_operands():
     [
         (VNNI_CPU, 128, 48, ("uint8", "int8", "int32")),  # VNNI: kept
         (VNNI_CPU, 130, 48, ("float32", "float32", "float32")),  # depth not whole groups of 4
-        (VNNI_CPU, 128, 40, ("float32", "float32", "float32")),  # columns not whole 16-lane vectors
+        (VNNI_CPU, 128, 40, ("uint8", "int8", "int32")),  # columns padded to whole 16-lane vectors
         (AVX2_CPU, 128, 48, ("float32", "float32", "float32")),  # no VNNI: float32, exact
         (AVX2_CPU, 512, 16, ("float32", "float32", "float32")),  # 512 x 255 x 128 < 2^24: still exact
         (AVX2_CPU, 1024, 16, ("int32", "int32", "int32")),  # past 2^24: int32
@@ -71,24 +72,31 @@ def test_the_target_decides_how_the_products_are_computed(cpu, depth, cols, form
     assert found == form
 
 
-@pytest.mark.parametrize(("depth", "cols", "rows"), [(128, 512, 128), (132, 48, 5), (64, 16, "rows")])
-def test_the_vnni_rule_tiles_the_kernel_and_packs_the_weight(depth, cols, rows):
+@pytest.mark.parametrize(
+    ("depth", "cols", "rows", "packed"),
+    [
+        (128, 512, 128, (16, 32, 32, 4)),
+        (132, 48, 5, (3, 33, 16, 4)),  # 3 vectors a row, not 2 x 2 padded
+        (64, 40, "rows", (3, 16, 16, 4)),  # 40 columns padded to 48
+        (1280, 1000, 1, (32, 320, 32, 4)),  # a classifier: 1000 padded to 1024
+    ],
+)
+def test_the_vnni_rule_tiles_the_kernel_and_packs_the_weight(depth, cols, rows, packed):
     """Lowered for a VNNI CPU whatever the host: the kernel runs `vpdpbusd` on the weight packed
-    [cols / tile, depth / 4, tile, 4] at compile time; rows no tile divides (5, symbolic) are padded."""
+    [cols / tile, depth / 4, tile, 4] at compile time (columns padded to whole tiles); rows no tile
+    divides (5, symbolic) are padded."""
     target = make_target(VNNI_CPU)
     lowered = pipeline.lowering_pipeline(target, pipeline.Lowering())(import_onnx(_model(depth, cols, rows)))
     funcs = [f for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc) and f.attrs]
     kernels = [f for f in funcs if f.attrs.get(RULE_ATTR) == "matmul-vnni"]
     assert len(kernels) == 1
-    script = kernels[0].script()
-    assert "llvm.x86.avx512.vpdpbusd.512" in script
-    tile = 32 if cols % 32 == 0 else 16
+    assert "llvm.x86.avx512.vpdpbusd.512" in kernels[0].script()
     shapes = [
         tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in b.shape)
         for b in kernels[0].params
         if hasattr(b, "shape")
     ]
-    assert (cols // tile, depth // 4, tile, 4) in shapes, shapes
+    assert packed in shapes, shapes
 
 
 def _session(model: onnx.ModelProto, cpu) -> nx.InferenceSession:
@@ -96,7 +104,8 @@ def _session(model: onnx.ModelProto, cpu) -> nx.InferenceSession:
 
 
 @pytest.mark.parametrize(
-    ("depth", "cols", "a_zero"), [(132, 48, True), (128, 512, False), (1024, 32, True), (516, 16, True)]
+    ("depth", "cols", "a_zero"),
+    [(132, 48, True), (128, 512, False), (1024, 40, True), (516, 16, True), (130, 24, True)],
 )
 @pytest.mark.parametrize("cpu", ["vnni", "avx2"])
 def test_products_are_the_reference_integers(cpu, depth, cols, a_zero):
@@ -115,5 +124,61 @@ def test_products_are_the_reference_integers(cpu, depth, cols, a_zero):
             feeds["a_zero"] = np.array(rng.integers(0, 256), np.uint8)
         np.testing.assert_array_equal(session.run(None, feeds)[0], reference.run(None, feeds)[0])
     rules = {v.variant for kernels in session.kernel_variants().values() for v in kernels}
-    fits = depth % 4 == 0 and cols % 16 == 0
-    assert ("default:matmul-vnni" in rules) == (cpu == "vnni" and fits), rules
+    assert ("default:matmul-vnni" in rules) == (cpu == "vnni" and depth % 4 == 0), rules
+
+
+def _qdq_dense(depth: int, cols: int, per_column: bool, gemm: bool) -> onnx.ModelProto:
+    """A QDQ dense layer as onnxruntime's static quantisation writes it: the activation quantized to
+    uint8 and back, int8 weights dequantized (one scale, or one per output column), a float bias."""
+    rng = np.random.default_rng(cols)
+    weights = rng.integers(-127, 128, (cols, depth) if gemm else (depth, cols)).astype(np.int8)
+    scales = (rng.random(cols if per_column else 1) * 0.01 + 0.001).astype(np.float32).reshape(-1)
+    inits = [
+        nh.from_array(weights, "w_q"),
+        nh.from_array(scales if per_column else scales.reshape(()), "w_scale"),
+        nh.from_array(np.zeros(cols if per_column else (), np.int8), "w_zero"),
+        nh.from_array(np.array(0.02, np.float32), "x_scale"),
+        nh.from_array(np.array(131, np.uint8), "x_zero"),
+        nh.from_array(rng.standard_normal(cols).astype(np.float32), "bias"),
+    ]
+    axis = 0 if gemm else 1
+    nodes = [
+        h.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["x_q"]),
+        h.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zero"], ["x_dq"]),
+        h.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"], axis=axis),
+        h.make_node("Gemm", ["x_dq", "w", "bias"], ["y"], transB=1)
+        if gemm
+        else h.make_node("MatMul", ["x_dq", "w"], ["y"]),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, ["rows", depth])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(("per_column", "gemm"), [(True, True), (False, True), (True, False)])
+def test_a_qdq_dense_layer_runs_on_vnni(per_column, gemm):
+    """Lowered for a VNNI CPU whatever the host, the QDQ layer is one uint8 x int8 kernel; on an AVX2
+    CPU it stays float arithmetic. Both match onnxruntime (rtol=atol=1e-5) where the host runs them."""
+    model = _qdq_dense(256, 40, per_column, gemm)
+    assert matmul_dtypes(IntegerMatmul(make_target(VNNI_CPU))(import_onnx(model))) == [
+        ("uint8", "int8", "int32")
+    ]
+    assert matmul_dtypes(IntegerMatmul(make_target(AVX2_CPU))(import_onnx(model))) == [
+        ("float32", "float32", "None")
+    ]
+    x = np.random.default_rng(5).standard_normal((37, 256)).astype(np.float32) * 2
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    for cpu in ("llvm", AVX2_CPU):
+        session = _session(model, cpu)
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+        rules = {v.variant for kernels in session.kernel_variants().values() for v in kernels}
+        assert ("default:matmul-vnni" in rules) == (cpu == "llvm" and HOST_HAS_VNNI), rules

@@ -198,6 +198,14 @@ def pick_j_tile(
     return best if best_score >= max(0.4, padded_score) else full
 
 
+def _dot_tile(extent: int | None, lanes: int) -> int:
+    """Columns of a dot-product tile: whole vectors of the intrinsic's `lanes` (padded), two a row
+    unless one fills a tenth more of them (48 columns: 3 vectors, not 2 x 2)."""
+    if extent is None:
+        return lanes * VECTORS_J
+    return lanes if _filled(extent, lanes) > 1.1 * _filled(extent, lanes * VECTORS_J) else lanes * VECTORS_J
+
+
 def pick_i_tile(extent: int | None, tile: int, paddable: bool = False) -> int:
     """Rows of the register tile: one that divides the extent when there is one near `tile`.
 
@@ -386,7 +394,7 @@ def tile_contraction(
     inline_producers: bool = True,
     j_major: bool = False,
     dot: DotProduct | None = None,
-) -> s_tir.Schedule | None:
+) -> s_tir.Schedule:
     """Apply the register-tiled schedule (see the module docstring); raises on any schedule error.
 
     `inline_producers=False` keeps producers (padding) as their own parallel,
@@ -395,8 +403,8 @@ def tile_contraction(
     whole input first.
     `j_major` puts the column tiles outside the row tiles (a packed weight puts them outermost).
     `dot` computes each vector of the tile with a tensor intrinsic over `dot.depth` reduction terms (the
-    reduction's last axis split so, innermost; the weight packed to match); the caller sees that the
-    tile's vectors are `dot.lanes` wide and the reduction divides.
+    reduction's last axis split so, innermost; the weight packed to match, its columns padded to whole
+    vectors); the caller sees that the reduction divides.
     """
     block = shape.block
     lanes, tile_i = vector_lanes(target), tile_rows(target)
@@ -425,7 +433,10 @@ def tile_contraction(
     # (padded, it would be copied at every call) and is not packed (the panels would not tile it).
     paddable = _plain_indices(sch.get(block))
     load_bound = vector_registers(target) < 32
-    tile_j, vec = pick_j_tile(j_extent, lanes, VECTORS_J, paddable, load_bound)
+    if dot is None:
+        tile_j, vec = pick_j_tile(j_extent, lanes, VECTORS_J, paddable, load_bound)
+    else:
+        tile_j, vec = _dot_tile(j_extent, dot.lanes), dot.lanes
     pad_j = _ragged(sch.get(loops[shape.spatial - 1]).extent, tile_j)
     if weight is not None and pad_j and not paddable:
         weight, pad_j = None, False
@@ -456,8 +467,6 @@ def tile_contraction(
     j_vec_outer, j_vec = sch.split(j_tile, factors=[None, vec])
     terms = []
     if dot is not None:
-        if vec != dot.lanes:
-            return None  # the tile's vectors are not the intrinsic's: the caller's check failed
         reduce[-1], term = sch.split(reduce[-1], factors=[None, dot.depth])
         terms = [term]
     outer = spatial[:-1]
