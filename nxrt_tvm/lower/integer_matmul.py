@@ -20,6 +20,7 @@ from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
 from ..frontend import exact_in_float32
 from .fold_affine import constant_array
+from .grouped_conv import conv2d_like
 from .schedules.vnni import has_vnni, vnni_fits
 from .strict import own_pass
 
@@ -47,44 +48,80 @@ class IntegerMatmul:
         self.weights = is_op("relax.dequantize")(is_const(), is_const(), is_const())
         self.transposed = is_op("relax.permute_dims")(self.weights)
         self.qdq = is_op("relax.matmul")(self.activation, self.weights | self.transposed)
+        self.qdq_conv = is_op("relax.nn.conv2d")(self.activation, self.weights)
 
     @own_pass
     def transform_function(self, func: relax.Function, _mod: tvm.IRModule, _ctx) -> relax.Function:
         if self.vnni:
             func = rewrite_call(self.qdq, self._from_qdq, func)
+            func = rewrite_call(self.qdq_conv, self._conv_from_qdq, func)
         return rewrite_call(self.pattern, self._rewrite, func)
 
-    def _from_qdq(self, call: relax.Call, matches) -> relax.Expr:
-        """A QDQ matmul as a uint8 x int8 one, scaled after (see the module docstring); else unchanged."""
+    def _operands(self, call: relax.Call, matches) -> tuple | None:
+        """(q, its scale, its zero point, int8 weights, their scales) of a QDQ contraction whose
+        activation is uint8 with one scale and zero point and whose weights have no zero point; else
+        None."""
         activation, weights = matches[self.activation], matches[self.weights]
-        transposed = matches.get(self.transposed)
-        if transposed is not None and [int(a) for a in transposed.attrs.axes or [1, 0]] != [1, 0]:
-            return call
-        q, q_scale, q_zero = activation.args
-        w_q, w_scale, w_zero = (constant_array(x) for x in weights.args)
-        q_scale, q_zero = constant_array(q_scale), constant_array(q_zero)
+        q = activation.args[0]
+        q_scale, q_zero, w_q, w_scale, w_zero = (
+            constant_array(x) for x in (*activation.args[1:], *weights.args)
+        )
         if (
             getattr(q.ty, "dtype", None) != "uint8"
             or q_scale.size != 1
             or q_zero.size != 1
             or w_q.dtype != np.int8
-            or w_q.ndim != 2
             or w_zero.any()
             or str(call.attrs.out_dtype) not in ("", "None", "float32")
             or str(activation.attrs.out_dtype) != "float32"
         ):
+            return None
+        return q, q_scale.reshape(()).item(), int(q_zero.reshape(()).item()), w_q, w_scale.astype(np.float32)
+
+    def _from_qdq(self, call: relax.Call, matches) -> relax.Expr:
+        """A QDQ matmul as a uint8 x int8 one, scaled after (see the module docstring); else unchanged."""
+        transposed = matches.get(self.transposed)
+        operands = self._operands(call, matches)
+        if operands is None or (
+            transposed is not None and [int(a) for a in transposed.attrs.axes or [1, 0]] != [1, 0]
+        ):
             return call
-        w_q = w_q.T if transposed is not None else w_q  # [K, N]
+        q, q_scale, q_zero, w_q, w_scale = operands
+        if w_q.ndim != 2:
+            return call
+        w_q = np.ascontiguousarray(w_q.T if transposed is not None else w_q)  # [K, N]
         column_axis = 0 if transposed is not None else 1
-        if w_scale.size != 1 and (w_scale.size != w_q.shape[1] or int(weights.attrs.axis) != column_axis):
+        if w_scale.size != 1 and (
+            w_scale.size != w_q.shape[1] or int(matches[self.weights].attrs.axis) != column_axis
+        ):
             return call
-        sums = w_q.astype(np.int32).sum(axis=0)
-        product = relax.op.matmul(q, relax.const(np.ascontiguousarray(w_q)), out_dtype="int32")
-        product = relax.op.subtract(product, relax.const(sums * np.int32(q_zero.reshape(()).item())))
-        scale = (np.float32(q_scale.reshape(()).item()) * w_scale.astype(np.float32).reshape(-1)).astype(
-            np.float32
-        )
-        return relax.op.multiply(relax.op.astype(product, "float32"), relax.const(scale))
+        product = relax.op.matmul(q, relax.const(w_q), out_dtype="int32")
+        return _scaled(product, w_q.astype(np.int32).sum(axis=0), q_scale, q_zero, w_scale.reshape(-1))
+
+    def _conv_from_qdq(self, call: relax.Call, matches) -> relax.Expr:
+        """A QDQ convolution as a uint8 x int8 one, scaled after, where the VNNI rule takes it: NCHW,
+        no padding (it would be the zero point, not 0), one group, input channels whole groups of 4 and
+        output channels whole vectors; else unchanged."""
+        attrs = call.attrs
+        operands = self._operands(call, matches)
+        if (
+            operands is None
+            or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW")
+            or int(attrs.groups) != 1
+            or any(int(p) for p in attrs.padding)
+        ):
+            return call
+        q, q_scale, q_zero, w_q, w_scale = operands
+        channels = w_q.shape[0]
+        if not vnni_fits(w_q.shape[1], channels, padded=False) or (
+            w_scale.size != 1 and (w_scale.size != channels or int(matches[self.weights].attrs.axis) != 0)
+        ):
+            return call
+        product = conv2d_like(call, q, relax.const(w_q), out_dtype="int32")
+        per_channel = (1, channels, 1, 1)
+        sums = w_q.astype(np.int32).sum(axis=(1, 2, 3)).reshape(per_channel)
+        scale = w_scale.reshape(per_channel if w_scale.size != 1 else ())
+        return _scaled(product, sums, q_scale, q_zero, scale)
 
     def _rewrite(self, call: relax.Call, _matches) -> relax.Expr:
         a, b = call.args
@@ -98,3 +135,11 @@ class IntegerMatmul:
             a, b = (relax.op.astype(x, "float32") for x in (a, b))
             return relax.op.astype(relax.op.matmul(a, b, out_dtype="float32"), "int32")
         return relax.op.matmul(relax.op.astype(a, "int32"), relax.op.astype(b, "int32"), out_dtype="int32")
+
+
+def _scaled(product: relax.Expr, sums: np.ndarray, q_scale: float, q_zero: int, w_scale: np.ndarray):
+    """``(product - q_zero * sums) * q_scale * w_scale`` in float32: a uint8 x int8 contraction's
+    zero point taken out (`sums`: the weights' sums per output channel) and its scales applied."""
+    product = relax.op.subtract(product, relax.const(sums * np.int32(q_zero)))
+    scale = (np.float32(q_scale) * w_scale).astype(np.float32)
+    return relax.op.multiply(relax.op.astype(product, "float32"), relax.const(scale))

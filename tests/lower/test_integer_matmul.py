@@ -182,3 +182,61 @@ def test_a_qdq_dense_layer_runs_on_vnni(per_column, gemm):
         np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
         rules = {v.variant for kernels in session.kernel_variants().values() for v in kernels}
         assert ("default:matmul-vnni" in rules) == (cpu == "llvm" and HOST_HAS_VNNI), rules
+
+
+def _qdq_conv(in_channels: int, out_channels: int, kernel: int, pads: int) -> onnx.ModelProto:
+    """A QDQ convolution: the input quantized to uint8 and back, per-channel int8 weights, a bias."""
+    rng = np.random.default_rng(out_channels)
+    shape = (out_channels, in_channels, kernel, kernel)
+    inits = [
+        nh.from_array(rng.integers(-127, 128, shape).astype(np.int8), "w_q"),
+        nh.from_array((rng.random(out_channels) * 0.01 + 0.001).astype(np.float32), "w_scale"),
+        nh.from_array(np.zeros(out_channels, np.int8), "w_zero"),
+        nh.from_array(np.array(0.02, np.float32), "x_scale"),
+        nh.from_array(np.array(128, np.uint8), "x_zero"),
+        nh.from_array(rng.standard_normal(out_channels).astype(np.float32), "bias"),
+    ]
+    nodes = [
+        h.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["x_q"]),
+        h.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zero"], ["x_dq"]),
+        h.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"], axis=0),
+        h.make_node("Conv", ["x_dq", "w", "bias"], ["y"], pads=[pads] * 4),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", in_channels, 9, 11])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(
+    ("in_channels", "out_channels", "kernel", "pads", "taken"),
+    [
+        (32, 48, 1, 0, True),  # a pointwise convolution
+        (16, 32, 3, 0, True),  # any kernel without padding: the input channels are the inner reduction
+        (32, 40, 1, 0, False),  # output channels not whole vectors (a convolution's are not padded)
+        (30, 48, 1, 0, False),  # input channels not whole groups of 4
+        (16, 32, 3, 1, False),  # padding would be the zero point, not 0
+    ],
+)
+def test_a_qdq_convolution_runs_on_vnni_where_it_fits(in_channels, out_channels, kernel, pads, taken):
+    """Lowered for a VNNI CPU whatever the host: a QDQ convolution the VNNI rule takes is a uint8 x int8
+    kernel, others stay float arithmetic; on the host both match onnxruntime (rtol=atol=1e-4)."""
+    model = _qdq_conv(in_channels, out_channels, kernel, pads)
+    target = make_target(VNNI_CPU)
+    lowered = pipeline.lowering_pipeline(target, pipeline.Lowering())(import_onnx(model))
+    funcs = [f for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc) and f.attrs]
+    assert any(f.attrs.get(RULE_ATTR) == "matmul-vnni" for f in funcs) == taken
+    x = np.random.default_rng(6).standard_normal((2, in_channels, 9, 11)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    session = _session(model, "llvm")
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+    rules = {v.variant for kernels in session.kernel_variants().values() for v in kernels}
+    assert ("default:matmul-vnni" in rules) == (taken and HOST_HAS_VNNI), rules

@@ -6,9 +6,10 @@ function no rule fits (or a rule that fails on it) keeps TVM's default:
 
 =================  ==========================================================
 `Winograd`         the input and output transforms of Winograd convolutions (unrolled, channel vectors)
+`MatmulVnni`       uint8 x int8 matmul and convolution with constant weights on AVX-512 VNNI
+                   (``vpdpbusd`` tiles)
 `Conv`             convolution, NHWC (padding as its own loop, register tile, epilogue); depthwise with
                    output pixels as the tile's rows
-`MatmulVnni`       uint8 x int8 matmul with constant weights on AVX-512 VNNI (``vpdpbusd`` tiles)
 `Matmul`           matmul, dense, batch matmul (+ bias/activation epilogue)
 `Pooling`          max/average pooling, single-input reductions
 `RowReduction`     softmax-like chains of last-axis reductions (vectorised partial reductions per row; any
@@ -80,8 +81,8 @@ def default_rules() -> list[CpuRule]:
     """The rules, most specific first."""
     return [
         Winograd(),
+        MatmulVnni(),  # before Conv, which would take a uint8 convolution in int32 arithmetic
         Conv(),
-        MatmulVnni(),
         Matmul(),
         Pooling(),
         FullReduction(),

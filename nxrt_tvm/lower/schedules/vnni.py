@@ -76,14 +76,21 @@ def _has_vnni(target_json: str) -> bool:
     return bool(target_has_features("avx512vnni", Target(target_json)))
 
 
-def vnni_fits(depth: object, cols: object) -> bool:
+def vnni_fits(depth: object, cols: object, padded: bool = True) -> bool:
     """Whether a ``[M, depth] x [depth, cols]`` uint8 x int8 matmul takes the VNNI schedule: the
-    reduction whole groups of 4 terms, both static (the columns are padded to whole vectors)."""
-    return isinstance(depth, int) and isinstance(cols, int) and depth % VNNI.depth == 0
+    reduction whole groups of 4 terms, both static; the columns are padded to whole vectors, except
+    where they cannot be (`padded=False`: a convolution's output channels, which must be whole)."""
+    return (
+        isinstance(depth, int)
+        and isinstance(cols, int)
+        and depth % VNNI.depth == 0
+        and (padded or cols % VNNI.lanes == 0)
+    )
 
 
 class MatmulVnni(CpuRule):
-    """A uint8 x int8 -> int32 matmul with constant weights, on a CPU with AVX-512 VNNI (see above)."""
+    """A uint8 x int8 -> int32 matmul, or convolution (NHWC, its input channels the innermost reduction
+    axis), with constant weights, on a CPU with AVX-512 VNNI (see above)."""
 
     name = "matmul-vnni"
 
@@ -91,11 +98,11 @@ class MatmulVnni(CpuRule):
         if not has_vnni(target):
             return None
         shape = contraction_shape(sch, blocks)
-        if shape is None or shape.reduce != 1:
+        if shape is None or (shape.reduce > 1 and shape.i_axis is None):  # depthwise: nothing to sum
             return None
         stmt = sch.get(shape.block)
         out = stmt.writes[0].source
         operands = sorted(str(r.source.dtype) for r in stmt.reads if not r.source.same_as(out))
         if operands != ["int8", "uint8"] or str(out.dtype) != "int32":
             return None
-        return tile_contraction(sch, blocks, shape, target, j_major=True, dot=VNNI)
+        return tile_contraction(sch, blocks, shape, target, j_major=shape.reduce == 1, dot=VNNI)
