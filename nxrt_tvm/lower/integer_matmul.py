@@ -90,6 +90,8 @@ class IntegerMatmul:
         if w_q.ndim != 2:
             return call
         w_q = np.ascontiguousarray(w_q.T if transposed is not None else w_q)  # [K, N]
+        if not vnni_fits(*w_q.shape):  # the float arithmetic it was is faster than int32
+            return call
         column_axis = 0 if transposed is not None else 1
         if w_scale.size != 1 and (
             w_scale.size != w_q.shape[1] or int(matches[self.weights].attrs.axis) != column_axis
