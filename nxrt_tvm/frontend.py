@@ -654,6 +654,10 @@ def exact_in_float32(depth: object, bound_a: int | None, bound_b: int | None) ->
     return isinstance(depth, int) and depth * bound_a * bound_b < _FLOAT32_EXACT
 
 
+def _dtype(x: relax.Expr | None) -> str:
+    return x.ty.dtype.dtype if x is not None and hasattr(x.ty, "dtype") else ""
+
+
 def _value_range(x: relax.Expr | None) -> tuple[int, int] | None:
     """The smallest and largest value of an integer operand: a constant's own, else its type's; None
     for a wider type (only 8- and 16-bit integers are bounded here)."""
@@ -662,7 +666,7 @@ def _value_range(x: relax.Expr | None) -> tuple[int, int] | None:
     if isinstance(x, tvm.ir.GenericConst):
         values = x.value.numpy()
         return (int(values.min()), int(values.max())) if values.size else (0, 0)
-    dtype = x.ty.dtype.dtype if hasattr(x.ty, "dtype") else ""
+    dtype = _dtype(x)
     if dtype not in ("int8", "uint8", "int16", "uint16"):
         return None
     info = np.iinfo(dtype)
@@ -675,10 +679,6 @@ def _difference_bound(x: relax.Expr, zero_point: relax.Expr | None) -> int | Non
     if values is None or zeros is None:
         return None
     return max(abs(values[0] - zeros[1]), abs(values[1] - zeros[0]))
-
-
-def _dtype(x: relax.Expr | None) -> str:
-    return x.ty.dtype.dtype if x is not None and hasattr(x.ty, "dtype") else ""
 
 
 def _u8_by_s8_weights(a, b, a_zero, b_zero) -> bool:

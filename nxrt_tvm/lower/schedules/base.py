@@ -31,6 +31,7 @@ __all__ = [
     "RULE_ATTR",
     "vector_lanes",
     "vector_registers",
+    "has_feature",
     "dividing_lanes",
     "extent_of",
     "uses_div_mod",
@@ -240,12 +241,23 @@ def vector_bits(target: Target) -> int:
 
 @lru_cache(maxsize=None)
 def _vector_bits(target_json: str) -> int:
-    """`vector_bits` by the target's JSON text (targets hash by identity): each LLVM feature query
-    costs ~0.2 ms, and every rule asks for every kernel."""
+    """`vector_bits` by the target's JSON text (targets hash by identity)."""
     target = Target(target_json)
     if _x86(target):
-        return next((bits for feature, bits in _X86_VECTORS if target_has_features(feature, target)), 128)
+        return next((bits for feature, bits in _X86_VECTORS if _has_feature(target_json, feature)), 128)
     return 128  # NEON (AArch64), and what any other CPU target has at least
+
+
+def has_feature(target: Target, feature: str) -> bool:
+    """Whether the LLVM target `target` has the ISA `feature` (``"avx512vnni"``)."""
+    return target.kind.name == "llvm" and _has_feature(str(target), feature)
+
+
+@lru_cache(maxsize=None)
+def _has_feature(target_json: str, feature: str) -> bool:
+    """`has_feature` by the target's JSON text (targets hash by identity): each LLVM feature query costs
+    ~0.2 ms, and every rule asks for every kernel."""
+    return bool(target_has_features(feature, Target(target_json)))
 
 
 def _x86(target: Target) -> bool:

@@ -14,14 +14,11 @@ accumulates in the tile's registers (``local``) and passes bytes.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 from tvm.target import Target
-from tvm.target.codegen import target_has_features
 
-from .base import CpuRule
+from .base import CpuRule, has_feature
 from .core import DotProduct, contraction_shape, tile_contraction
 
 __all__ = ["MatmulVnni", "VNNI", "has_vnni", "vnni_fits"]
@@ -29,12 +26,15 @@ __all__ = ["MatmulVnni", "VNNI", "has_vnni", "vnni_fits"]
 VNNI = DotProduct("nxrt_vnni_u8s8_16x4_local", lanes=16, depth=4)
 
 
+#: the intrinsic's operands, one declaration for its description and its implementation (tensorize
+#: matches a block against the one and puts the other in its place)
+_A = T.Buffer((4,), "uint8", offset_factor=1)
+_B = T.Buffer((16, 4), "int8", offset_factor=1)
+_C = T.Buffer((16,), "int32", offset_factor=1, scope="local")
+
+
 @T.prim_func(s_tir=True)
-def _desc(
-    a: T.Buffer((4,), "uint8", offset_factor=1),
-    b: T.Buffer((16, 4), "int8", offset_factor=1),
-    c: T.Buffer((16,), "int32", offset_factor=1, scope="local"),
-) -> None:
+def _desc(a: _A, b: _B, c: _C) -> None:
     with T.sblock("root"):
         T.reads(c[0:16], a[0:4], b[0:16, 0:4])
         T.writes(c[0:16])
@@ -45,11 +45,7 @@ def _desc(
 
 
 @T.prim_func(s_tir=True)
-def _vpdpbusd(
-    a: T.Buffer((4,), "uint8", offset_factor=1),
-    b: T.Buffer((16, 4), "int8", offset_factor=1),
-    c: T.Buffer((16,), "int32", offset_factor=1, scope="local"),
-) -> None:
+def _vpdpbusd(a: _A, b: _B, c: _C) -> None:
     with T.sblock("root"):
         T.reads(c[0:16], a[0:4], b[0:16, 0:4])
         T.writes(c[0:16])
@@ -68,12 +64,7 @@ TensorIntrin.register(VNNI.intrin, _desc, _vpdpbusd)
 
 def has_vnni(target: Target) -> bool:
     """Whether `target` is a CPU with AVX-512 VNNI (Zen 4 and 5, Intel since Cascade Lake)."""
-    return target.kind.name == "llvm" and _has_vnni(str(target))
-
-
-@lru_cache(maxsize=None)
-def _has_vnni(target_json: str) -> bool:
-    return bool(target_has_features("avx512vnni", Target(target_json)))
+    return has_feature(target, "avx512vnni")
 
 
 def vnni_fits(depth: object, cols: object, padded: bool = True) -> bool:
