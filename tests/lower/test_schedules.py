@@ -246,6 +246,11 @@ CASES = {
     "conv1d_k80s4_1x1x1000": (conv1d(1, 1, 1000, 32, 80, 4, [38, 38]), "conv", 1e-4),
     "conv1d_k5d2_2x7x33": (conv1d(2, 7, 33, 9, 5, 1, [3, 1], dilation=2), "conv", 1e-4),
     "conv1d_k3_1x12x50_g3": (conv1d(1, 12, 50, 6, 3, 2, [1, 1], group=3), "conv", 1e-4),
+    # one output pixel (Silero VAD's encoder at its last strides): no rows, a GEMV over taps x channels,
+    # not a depthwise conv (its input is broadcast over the channels); it ran the generic rule's loops
+    "conv1d_k3s2_1x64x2": (conv1d(1, 64, 2, 64, 3, 2, [1, 1]), "conv", 1e-4),
+    "conv1d_k3_1x64x1": (conv1d(1, 64, 1, 128, 3, 1, [1, 1]), "conv", 1e-4),
+    "conv3x3_1x8x3x3_1pixel": (conv(1, 8, 3, 3, 24, 3, 1, 0), "conv", 1e-4),
     # depthwise 1-D: one reduction axis left (the taps), the matmul rule's tile: channels x positions
     "dwconv1d_k5_1x16x40": (conv1d(1, 16, 40, 16, 5, 1, [2, 2], group=16), "matmul", 1e-4),
     # a whole tensor to one value (DynamicQuantizeLinear's min and max): vector lanes, chunks in parallel

@@ -33,12 +33,11 @@ class Conv(CpuRule):
             return None
         if shape.reduce < 2 and shape.block_index == 0:
             return None  # a plain matmul: the Matmul rule's job
-        depthwise = shape.i_axis is None
-        if depthwise:  # every operand is read per channel: depthwise, rows are output pixels
+        if shape.depthwise:  # every operand is read per channel: rows are output pixels
             shape = _pixel_rows(sch, shape)
             if shape is None:
                 return None
-        return tile_contraction(sch, blocks, shape, target, inline_producers=depthwise)
+        return tile_contraction(sch, blocks, shape, target, inline_producers=shape.depthwise)
 
 
 def _pixel_rows(sch, shape: ContractionShape) -> ContractionShape | None:
@@ -49,4 +48,6 @@ def _pixel_rows(sch, shape: ContractionShape) -> ContractionShape | None:
     width = sch.get(shape.block).iter_vars[shape.spatial - 2].dom.extent
     if isinstance(width, tirx.IntImm) and width.value == 1:
         return None
-    return ContractionShape(shape.block, shape.block_index, shape.spatial, shape.reduce, shape.spatial - 2)
+    return ContractionShape(
+        shape.block, shape.block_index, shape.spatial, shape.reduce, shape.spatial - 2, depthwise=True
+    )

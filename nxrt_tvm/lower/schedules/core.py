@@ -82,6 +82,7 @@ class ContractionShape:
         reduce: int,
         i_axis: int | None,
         outer_rows: bool = False,
+        depthwise: bool = False,
     ):
         self.block = block
         self.block_index = block_index
@@ -90,6 +91,9 @@ class ContractionShape:
         self.i_axis = i_axis  # spatial iterator to unroll as tile rows (None: one row)
         #: the iterator just outside `i_axis` is rows too (no j-dependent read uses it): a conv's height
         self.outer_rows = outer_rows
+        #: every operand is read per output column (a depthwise convolution): none is broadcast across
+        #: the tile's columns, so no row axis shares one (a single pixel's convolution is not so: a GEMV)
+        self.depthwise = depthwise
 
 
 def contraction_shape(sch: s_tir.Schedule, blocks: list) -> ContractionShape | None:
@@ -135,7 +139,10 @@ def contraction_shape(sch: s_tir.Schedule, blocks: list) -> ContractionShape | N
         if _batch_rows(stmt.iter_vars[i_axis].dom.extent, i_axis):
             i_axis = None
     outer_rows = i_axis is not None and i_axis - 1 in rows
-    return ContractionShape(info.block_rv, index, spatial, len(kinds) - spatial, i_axis, outer_rows)
+    depthwise = len(j_reads) == len(stmt.reads)
+    return ContractionShape(
+        info.block_rv, index, spatial, len(kinds) - spatial, i_axis, outer_rows, depthwise
+    )
 
 
 def _batch_rows(extent: tirx.Expr, axis: int) -> bool:

@@ -89,7 +89,7 @@ class MatmulVnni(CpuRule):
         if not has_vnni(target):
             return None
         shape = contraction_shape(sch, blocks)
-        if shape is None or (shape.reduce > 1 and shape.i_axis is None):  # depthwise: nothing to sum
+        if shape is None or (shape.reduce > 1 and shape.depthwise):  # nothing to sum across channels
             return None
         stmt = sch.get(shape.block)
         out = stmt.writes[0].source
