@@ -34,12 +34,14 @@ from .epcontext.loader import ResolvedContexts, resolve_contexts
 from .epcontext.registry import build_ep_context_registry
 from .epcontext.signing import SignaturePolicy, check_model
 from .epcontext.writer import write_context_model
+from .graph.constants import branch_inputs
 from .graph.model import (
     GraphView,
     ModelSource,
     ValueInfo,
     analyse,
     fix_input_shapes,
+    fix_input_values,
     override_free_dims,
     read_model,
     specialisable_inputs,
@@ -52,7 +54,7 @@ from .providers import EP_REGISTRY, FALLBACK_EP
 from .providers.cpu import CPUExecutionProvider, OrtKernel
 from .runtime.kernel import POOL_THREADS, use_threads
 from .runtime.measure import SPIN_DOWN_S, representative_inputs
-from .runtime.specialise import Shapes, ShapeSpecialiser
+from .runtime.specialise import ShapeSpecialiser, Signature
 from .session_options import SessionConfig
 from .timing import PhaseTimes, median_by, median_seconds, phase, record_phases
 
@@ -133,6 +135,7 @@ class InferenceSession:
         provider_options: Sequence[dict] | None = None,
         *,
         _input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+        _input_values: Mapping[str, np.ndarray] | None = None,
         _derived: bool = False,
     ):
         started = time.perf_counter()
@@ -145,6 +148,8 @@ class InferenceSession:
         self.compile_times = PhaseTimes()
         #: a build the specialiser made: for its calls' shapes, or the symbolic plan a deferred one put off
         derived = _derived or _input_shapes is not None
+        #: inputs this build fixed to a value (`runtime.specialise`): a call's feeds may hold them (checked)
+        self._fixed_values = {name: np.asarray(v) for name, v in (_input_values or {}).items()}
         with record_phases(self.compile_times):
             self._create(path_or_bytes, sess_options, providers, provider_options, _input_shapes, derived)
         self.load_seconds = time.perf_counter() - started
@@ -192,6 +197,9 @@ class InferenceSession:
                 model = onnx.ModelProto.FromString(source)  # never edit the caller's proto
             override_free_dims(model, dict(self.config.free_dimension_overrides))
             fix_input_shapes(model, input_shapes or {})
+            #: inputs whose values a call's signature holds: builds for them take the branch they decide
+            self._branch_inputs = () if derived else branch_inputs(model)
+            fix_input_values(model, self._fixed_values)
             self._open_dims = specialisable_inputs(model)
             #: the model as given, for builds specialised to the shapes calls have
             self._origin: ModelSource = (
@@ -225,6 +233,8 @@ class InferenceSession:
                 ),
                 store=next(filter(None, (ep.inference_store() for ep in self._providers)), None),
             )
+        if self._fixed_values:  # onnxruntime's whole model: the one this build runs (its branch taken)
+            source = self._graph.model.SerializeToString()
         fixed, preloaded = self._context_partitions(contexts)
         with phase("plan"):
             self.plan: PartitionPlan = (
@@ -411,13 +421,16 @@ class InferenceSession:
         return _Direct(kernel, tuple(inputs), tuple(kernel.input_names), slots, threads)
 
     def _specialises(self) -> bool:
-        """Whether builds for recurring input shapes can help: some input dim is symbolic, an EP besides
-        the fallback compiles, and neither the options nor a precompiled model fix the plan."""
+        """Whether builds for recurring input signatures can help: some input dim is symbolic or some
+        input decides a branch, an EP besides the fallback compiles, and neither the options nor a
+        precompiled model fix the plan."""
         config = self.config
         if config.shape_specialisations == 0 or config.disable_model_compile or config.context_enable:
             return False
-        return (
-            self._open_dims and not self._precompiled and any(p.ep_id != FALLBACK_EP for p in self._providers)
+        return bool(
+            (self._open_dims or self._branch_inputs)
+            and not self._precompiled
+            and any(p.ep_id != FALLBACK_EP for p in self._providers)
         )
 
     def _defers(self) -> bool:
@@ -439,22 +452,33 @@ class InferenceSession:
         everything = make_claims(graph, FALLBACK_EP, [list(range(len(graph.nodes)))], "cpu", waiting)
         return PartitionPlan(everything, (), len(graph.nodes))
 
-    def _rebuilt(self, args: tuple, shapes: Shapes | None) -> InferenceSession | None:
-        """The model built again: with its inputs fixed to `shapes`, or (None) with the symbolic plan a
+    def _rebuilt(self, args: tuple, signature: Signature | None) -> InferenceSession | None:
+        """The model built again: with its inputs fixed to `signature` (their shapes, and the values of
+        its branch inputs), or (None) with the symbolic plan a
         deferred session put off, once its calls' shapes vary. None where that gives TVM nothing to run
         and neither does this session's plan (which then serves as well), or fails (logged; raised in
         strict mode). A build that leaves all to onnxruntime where this plan runs TVM serves its shapes:
         the symbolic plan was judged at representative sizes, the build at the feeds' own (Silero VAD's
         symbolic TVM plan ran 1.10x onnxruntime's time at its feeds' shapes)."""
-        fixed = None if shapes is None else dict(zip(self._inputs, shapes))
-        if fixed is None:
+        fixed = values = None
+        if signature is None:
             label = "the symbolic plan"
             log.info("input shapes vary: building the model's symbolic plan")
         else:
+            fixed = dict(zip(self._inputs, signature))
+            values = {
+                name: np.full(fixed[name], value, dtype=self._input_dtypes[name])
+                for name, value in zip(self._branch_inputs, signature[len(fixed) :])
+            }
             label = "input shapes " + ", ".join(f"{name} {list(shape)}" for name, shape in fixed.items())
+            label += "".join(
+                f", {name} = {value}" for name, value in zip(self._branch_inputs, signature[len(fixed) :])
+            )
             log.info("%s recur: building the model for them", label)
         try:
-            session = InferenceSession(self._origin, *args, _input_shapes=fixed, _derived=True)
+            session = InferenceSession(
+                self._origin, *args, _input_shapes=fixed, _input_values=values, _derived=True
+            )
         except Exception as exc:  # no common base (TVM, onnxruntime, ours): this session's plan serves
             if strict():
                 raise
@@ -472,7 +496,7 @@ class InferenceSession:
         if self._specialiser is None:
             return self
         checked = self._validate(input_feed)
-        return self._specialiser.sessions.get(self._shapes(checked)) or self._specialiser.general or self
+        return self._specialiser.sessions.get(self._signature(checked)) or self._specialiser.general or self
 
     def _serve(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> list[Any] | None:
         """A call on array feeds without `_validate`'s walk (a small model's run spent 40 us in the steps
@@ -480,18 +504,22 @@ class InferenceSession:
         session built for the feeds' shapes, or to onnxruntime on the user's model where the feeds'
         shapes stay with this plan (onnxruntime checks array feeds as it would alone). None: the checked
         path runs the call, and says what is wrong with the feeds."""
+        if self._fixed_values:
+            feeds = self._unfixed(feeds)
+            if feeds is None:
+                return None
         if self._direct is not None:
             return self._direct.run(wanted, feeds)
         specialiser = self._specialiser
         if specialiser is not None:
             try:
-                shapes = self._shapes(feeds)
-            except KeyError:  # a missing input: `_validate` says so
+                signature = self._signature(feeds)
+            except (KeyError, ValueError):  # a missing input, a branch input of another size: `_validate`
                 return None
-            built = specialiser.sessions.get(shapes)
+            built = specialiser.sessions.get(signature)
             if built is not None:
                 return built._serve(wanted, feeds)
-            if not specialiser.settled(shapes):  # counted, maybe built for, on the checked path
+            if not specialiser.settled(signature):  # counted, maybe built for, on the checked path
                 return None
         if self._whole is None:
             return None
@@ -500,8 +528,34 @@ class InferenceSession:
         except KernelFailed:
             return None
 
-    def _shapes(self, checked: dict[str, Any]) -> Shapes:
-        return tuple(tuple(checked[name].shape) for name in self._inputs)
+    def _signature(self, feeds: dict[str, Any]) -> Signature:
+        """What a build serves: each input's shape, then each branch input's value (ValueError where one
+        is not one element)."""
+        shapes = tuple(tuple(feeds[name].shape) for name in self._inputs)
+        return (*shapes, *(_value_of(feeds[name]) for name in self._branch_inputs))
+
+    def _given(self, feeds: Any) -> Any:
+        """`feeds` less the inputs this build fixed to a value, which must hold it (`InvalidFeed`)."""
+        if not self._fixed_values:
+            return feeds
+        unfixed = self._unfixed(feeds) if isinstance(feeds, dict) else None
+        if unfixed is None:
+            held = ", ".join(f"{name} = {v.tolist()}" for name, v in self._fixed_values.items())
+            raise InvalidFeed(
+                f"this session was built for {held}; feed those values, or run the session it came from"
+            )
+        return unfixed
+
+    def _unfixed(self, feeds: dict[str, Any]) -> dict[str, Any] | None:
+        """`feeds` without the inputs this build fixed to a value, each checked to hold it where given;
+        None where one holds another (the checked path says what is wrong)."""
+        for name, value in self._fixed_values.items():
+            fed = feeds.get(name)
+            if fed is None:
+                continue
+            if getattr(fed, "shape", None) != value.shape or _value_of(fed) != value.item():
+                return None
+        return {name: v for name, v in feeds.items() if name not in self._fixed_values}
 
     def _context_partitions(
         self, contexts: ResolvedContexts
@@ -645,9 +699,9 @@ class InferenceSession:
                 f"unknown output name(s) {bad}; the model's outputs "
                 f"are {[o.name for o in self._graph.outputs]}"
             )
-        checked = self._validate(input_feed)
+        checked = self._validate(self._given(input_feed))
         if self._specialiser is not None:
-            specialised = self._specialiser.session_for(self._shapes(checked))
+            specialised = self._specialiser.session_for(self._signature(checked))
             if specialised is not None:
                 return specialised.run(output_names, checked)
         if self._whole is not None:  # onnxruntime runs the user's model: nothing to hand between kernels
@@ -666,7 +720,7 @@ class InferenceSession:
         inputs (`repeat` calls after one untimed), with its functions' times where it reports them."""
         env = {
             n: TensorView.host_array(v) if type(v) is np.ndarray else v
-            for n, v in self._validate(input_feed).items()
+            for n, v in self._validate(self._given(input_feed)).items()
         }
         use_threads(self.config.intra_op_num_threads)
         times = []
@@ -758,6 +812,20 @@ def _arrays(feeds: Any) -> bool:
     element types, ranks, fixed dims; not that a named dim has one size across inputs, which it leaves
     to the ops that use them)."""
     return type(feeds) is dict and all(type(v) is np.ndarray for v in feeds.values())
+
+
+def _value_of(value: Any) -> Any:
+    """The one element of a branch input's feed, as a Python scalar (ValueError where it has more)."""
+    array = (
+        value
+        if type(value) is np.ndarray
+        else value.numpy()
+        if isinstance(value, TensorView)
+        else np.asarray(value)
+    )
+    if array.size != 1:
+        raise ValueError(f"a branch input holds {array.size} elements, not one")
+    return array.item()
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:

@@ -29,7 +29,13 @@ from onnx import helper, numpy_helper
 from ..api.registry import normalize_domain
 from .order import implicit_inputs
 
-__all__ = ["fold_constant_nodes", "take_constant_branches", "add_initializer", "MAX_ELEMENTS"]
+__all__ = [
+    "fold_constant_nodes",
+    "take_constant_branches",
+    "branch_inputs",
+    "add_initializer",
+    "MAX_ELEMENTS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +106,65 @@ def take_constant_branches(model: onnx.ModelProto) -> bool:
         del graph.node[:]
         graph.node.extend(nodes)
     return changed
+
+
+#: element types of an input whose value can decide a branch (a sample rate, a mode flag)
+_DECIDING_TYPES = frozenset(
+    {
+        onnx.TensorProto.BOOL, onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+        onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32,
+        onnx.TensorProto.UINT64,
+    }
+)  # fmt: skip
+
+
+def branch_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The graph inputs whose value alone decides an ``If`` of the main graph: integer or bool tensors of
+    one element (a fixed shape) from which the condition follows through `_OPS` and constants, so that
+    with the input fixed to a value `fold_constant_nodes` and `take_constant_branches` remove the ``If``.
+    Silero VAD branches on its ``sr`` input (16000 or 8000) around its whole network: a build for the
+    value a session is called with runs it as one TVM partition (`runtime.specialise`)."""
+    graph = model.graph
+    conditions = {n.input[0] for n in graph.node if n.op_type == "If" and not normalize_domain(n.domain)}
+    if not conditions:
+        return ()
+    known = {t.name for t in graph.initializer}
+    known.update(
+        o for n in graph.node if n.op_type == "Constant" and not normalize_domain(n.domain) for o in n.output
+    )
+    found = []
+    for value in graph.input:
+        if value.name in known or not _one_element_of(value, _DECIDING_TYPES):
+            continue
+        reached = {value.name}
+        grew = True
+        while grew:  # nodes in any order: until no node adds a value
+            grew = False
+            for node in graph.node:
+                if (
+                    normalize_domain(node.domain)
+                    or node.op_type not in _OPS
+                    or reached.issuperset(node.output)
+                ):
+                    continue
+                inputs = [i for i in node.input if i]
+                if any(i in reached for i in inputs) and all(i in reached or i in known for i in inputs):
+                    reached.update(node.output)
+                    grew = True
+        if reached & conditions:
+            found.append(value.name)
+    return tuple(found)
+
+
+def _one_element_of(value: onnx.ValueInfoProto, types: frozenset[int]) -> bool:
+    tensor = value.type.tensor_type
+    if (
+        not value.type.HasField("tensor_type")
+        or tensor.elem_type not in types
+        or not tensor.HasField("shape")
+    ):
+        return False
+    return all(d.HasField("dim_value") and d.dim_value == 1 for d in tensor.shape.dim)
 
 
 def _taken_branch(node: onnx.NodeProto, conditions: dict[str, onnx.TensorProto]) -> onnx.GraphProto | None:

@@ -37,6 +37,7 @@ __all__ = [
     "analyse",
     "override_free_dims",
     "fix_input_shapes",
+    "fix_input_values",
     "specialisable_inputs",
     "ModelSource",
     "attributes",
@@ -442,6 +443,23 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
         for dim, size in zip(dims, shape):
             dim.dim_value = int(size)  # clears dim_param (one of the two)
     _drop_inferable_types(model)
+
+
+def fix_input_values(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> None:
+    """Make the named inputs constants of `values` (a build for the value of an input that decides a
+    branch: `constants.branch_inputs`): each leaves the graph's inputs and becomes an initializer."""
+    if not values:
+        return
+    declared = {v.name: ValueInfo.from_proto(v) for v in model.graph.input}
+    for name, value in values.items():
+        info = declared.get(name)
+        if info is None or info.dtype is None or info.shape != value.shape:
+            raise InvalidModel(f"input {name!r} cannot be fixed to a value of shape {list(value.shape)}")
+    kept = [v for v in model.graph.input if v.name not in values]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    for name, value in values.items():  # (declared as inputs again before IR version 4)
+        add_initializer(model, numpy_helper.from_array(np.asarray(value, dtype=declared[name].dtype), name))
 
 
 def specialisable_inputs(model: onnx.ModelProto) -> bool:

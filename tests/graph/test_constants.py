@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
-from nxrt_tvm.graph.constants import MAX_ELEMENTS
+from nxrt_tvm.graph.constants import MAX_ELEMENTS, branch_inputs
 from nxrt_tvm.graph.model import load_model
 
 TVM = nx.EpId("TvmExecutionProvider")
@@ -246,3 +247,52 @@ def test_a_branch_after_an_if_whose_rank_depends_on_the_run_stays_control_flow()
     for batch in (1, 2):
         x = {"x": np.random.default_rng(batch).standard_normal((batch, 3, 8)).astype(np.float32)}
         assert_parity(sess.run(None, x), ort_run(model, x))
+
+
+def _deciding(sr_type: int, sr_dims: list, via: str) -> onnx.ModelProto:
+    """``If(<via>(sr, 16000) and True)`` choosing between two Identity branches of ``x``; with `via`
+    "Mul", sr's product is cast to an output and the If reads the bool input ``flag`` instead."""
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["b"])], "b", [], [helper.make_tensor_value_info("b", 1, [2])]
+    )
+    rate = numpy_helper.from_array(np.array(16000, dtype=helper.tensor_dtype_to_np_dtype(sr_type)), "rate")
+    nodes = [helper.make_node("Constant", [], ["limit"], value=numpy_helper.from_array(np.array(True), "l"))]
+    if via == "Mul":
+        nodes += [
+            helper.make_node("Mul", ["sr", "rate"], ["m"]),
+            helper.make_node("Cast", ["m"], ["s"], to=1),
+        ]
+        cond = "flag"
+    else:
+        nodes += [
+            helper.make_node(via, ["sr", "rate"], ["eq"]),
+            helper.make_node("And", ["eq", "limit"], ["c"]),
+        ]
+        cond = "c"
+    nodes.append(helper.make_node("If", [cond], ["y"], then_branch=branch, else_branch=branch))
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+        helper.make_tensor_value_info("sr", sr_type, sr_dims),
+        helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]
+    if via == "Mul":
+        outputs.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, sr_dims))
+    return helper.make_model(helper.make_graph(nodes, "deciding", inputs, outputs, [rate]))
+
+
+@pytest.mark.parametrize(
+    ("sr_type", "sr_dims", "via", "found"),
+    [
+        (TensorProto.INT64, [], "Equal", ("sr",)),  # through a Constant node and And
+        (TensorProto.INT32, [1, 1], "Greater", ("sr",)),  # one element of any rank
+        (TensorProto.INT64, [2], "Equal", ()),  # two elements: not a value to build for
+        (TensorProto.INT64, ["n"], "Equal", ()),  # a size known only at run time
+        (TensorProto.FLOAT, [], "Equal", ()),  # floats are not build keys
+        (TensorProto.INT64, [], "Mul", ("flag",)),  # sr reaches no If; a bool input that is the condition
+    ],
+)
+def test_branch_inputs_are_one_element_integer_inputs_an_if_condition_follows_from(
+    sr_type, sr_dims, via, found
+):
+    assert branch_inputs(_deciding(sr_type, sr_dims, via)) == found

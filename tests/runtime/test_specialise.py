@@ -104,7 +104,7 @@ def test_a_build_that_leaves_tvm_nothing_is_dropped(caplog):
     assert sess.session_for(feeds) is sess
     assert sum("every partition stays on" in r.getMessage() for r in caplog.records) == 1  # tried once
     assert_parity(out, ort_run(model, feeds))
-    assert sess._specialiser.settled(sess._shapes(feeds))  # onnxruntime is called on the feeds directly
+    assert sess._specialiser.settled(sess._signature(feeds))  # onnxruntime is called on the feeds directly
     with pytest.raises(nx.InputTypeMismatch, match="astype"):  # and what it refuses is still said our way
         sess.run(None, {"x": feeds["x"].astype(np.float64)})
 
@@ -269,3 +269,78 @@ def test_a_build_that_leaves_all_to_onnxruntime_serves_where_the_plan_runs_tvm(m
     assert serving is not sess
     assert [str(p.ep) for p in serving.plan.partitions] == ["CPUExecutionProvider"]
     assert_parity(out, ort_run(model, feeds))
+
+
+def _branching(rate_dims: list | None = None) -> onnx.ModelProto:
+    """Silero VAD's wrapper in small: ``If(sr == 16000)`` around two networks over ``x`` [1, 3, 12, 12]
+    (Conv + Relu, or Conv + Sigmoid with other weights); `rate_dims`: the shape of ``sr`` (a scalar)."""
+    rng = np.random.default_rng(0)
+
+    def branch(name: str, act: str) -> onnx.GraphProto:
+        weight = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), f"w_{name}")
+        nodes = [
+            helper.make_node("Conv", ["x", f"w_{name}"], [f"c_{name}"], pads=[1, 1, 1, 1]),
+            helper.make_node(act, [f"c_{name}"], [f"y_{name}"]),
+        ]
+        out = helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, [1, 8, 12, 12])
+        return helper.make_graph(nodes, name, [], [out], [weight])
+
+    rate = numpy_helper.from_array(np.array(16000, dtype=np.int64), "rate")
+    nodes = [
+        helper.make_node("Equal", ["sr", "rate"], ["is_16k"]),
+        helper.make_node(
+            "If", ["is_16k"], ["y"], then_branch=branch("then", "Relu"), else_branch=branch("else", "Sigmoid")
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "branching",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, rate_dims or []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12])],
+        [rate],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _rate_feeds(rate: int, shape: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+    return {**_feeds((1, 3, 12, 12)), "sr": np.full(shape, rate, dtype=np.int64)}
+
+
+def test_a_recurring_branch_input_value_is_built_for_with_its_branch_taken():
+    """No EP claims through an If: the conv of each branch ran on onnxruntime. Built for the value
+    `sr` recurs with, the branch it takes is folded in and TVM runs the network; each value its own."""
+    model = _branching()
+    sess = nx.InferenceSession(model, providers=[(TVM, {"claim_policy": "all"}), "CPUExecutionProvider"])
+    assert sess.plan.nodes_by_ep().get("CPUExecutionProvider")  # the If: onnxruntime's
+    for rate in (16000, 8000):
+        feeds = _rate_feeds(rate)
+        for _ in range(SPECIALISE_AFTER):
+            out = sess.run(None, feeds)
+        assert_parity(out, ort_run(model, feeds))
+        built = sess.session_for(feeds)
+        assert built is not sess
+        assert [str(p.ep) for p in built.plan.partitions] == [TVM]
+        assert "If" not in {n.op_type for n in built.graph.nodes}
+        assert [i.name for i in built.get_inputs()] == ["x"]
+        assert_parity(sess.run(None, feeds), ort_run(model, feeds))
+        assert_parity(built.run(None, {"x": feeds["x"]}), ort_run(model, feeds))  # `sr` is its constant
+    assert sess.session_for(_rate_feeds(16000)) is not sess.session_for(_rate_feeds(8000))
+    once = _rate_feeds(44100)  # seen once: the session's own plan (the If on onnxruntime) runs it
+    assert_parity(sess.run(None, once), ort_run(model, once))
+    assert sess.session_for(once) is sess
+    with pytest.raises(nx.InvalidFeed, match="built for sr = 16000"):
+        sess.session_for(_rate_feeds(16000)).run(None, _rate_feeds(8000))
+
+
+def test_a_one_element_branch_input_of_rank_one_is_built_for_too():
+    model = _branching([1])
+    sess = nx.InferenceSession(model, providers=[(TVM, {"claim_policy": "all"}), "CPUExecutionProvider"])
+    feeds = _rate_feeds(8000, (1,))
+    for _ in range(SPECIALISE_AFTER):
+        out = sess.run(None, feeds)
+    assert_parity(out, ort_run(model, feeds))
+    built = sess.session_for(feeds)
+    assert set(built.plan.nodes_by_ep()) == {TVM} and "If" not in {n.op_type for n in built.graph.nodes}
