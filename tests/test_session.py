@@ -8,6 +8,7 @@ import pytest
 from parity import assert_parity, ort_run
 
 import nxrt_tvm as nx
+import nxrt_tvm.session as session_module
 from nxrt_tvm.runtime.kernel import POOL_THREADS
 
 TVM = nx.EpId("TvmExecutionProvider")
@@ -289,6 +290,27 @@ def test_introspection_names_each_partitions_kernel_and_the_providers():
     assert sess.provider("TvmExecutionProvider").ep_id == "TvmExecutionProvider"
     with pytest.raises(KeyError, match="no NoSuchExecutionProvider"):
         sess.provider("NoSuchExecutionProvider")
+
+
+@pytest.mark.parametrize(("ratio", "passes"), [(0.97, 9), (0.8, 5), (1.2, 5)])
+def test_the_whole_model_check_takes_more_passes_where_five_leave_its_verdict_open(
+    ratio, passes, monkeypatch
+):
+    """Five passes of SqueezeNet's plan against onnxruntime read 0.82-1.05x: a median near the margin
+    gets `CHECK_PASSES_UNDECIDED` passes; a clear one stays at `CHECK_PASSES`. The check's timings are
+    scripted here (plan `ratio` x onnxruntime's), its passes real."""
+    model = model_zoo.mlp()
+    sess = nx.InferenceSession(model, provider_options=[{"claim_policy": "all"}, {}])
+    whole = sess._whole_model_kernel(sess.provider(CPU), model.SerializeToString())
+    timed: list = []
+    monkeypatch.setattr(session_module, "SPIN_DOWN_S", 0.0)
+    monkeypatch.setattr(
+        session_module,
+        "median_seconds",
+        lambda fn, *a, **k: timed.append(fn) or (ratio if len(timed) % 2 else 1.0),
+    )
+    plan_s, whole_s = sess._time_against(whole)
+    assert len(timed) == 2 * passes and plan_s / whole_s == pytest.approx(ratio)
 
 
 def test_a_split_slower_than_the_fallback_whole_runs_the_whole_model():

@@ -54,7 +54,7 @@ def test_the_default_leaves_a_slower_partition_to_onnxruntime_and_says_why(defau
     (decline,) = sess.plan.declines
     assert decline.rejected is nx.Rejected.PARTITION
     assert decline.detail.startswith("claim_policy='auto': its partition (1 nodes) measured ")
-    assert "TVM must be at most 5% slower than onnxruntime running it alone" in decline.detail
+    assert "TVM must be at most 25% slower than onnxruntime running it alone" in decline.detail
     assert "claim_policy='all'" in decline.remediation
     x = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
     assert_parity(sess.run(None, {"x": x}), ort_run(_matmul(), {"x": x}))
@@ -113,20 +113,21 @@ def test_the_median_pass_is_the_median_ratio_not_each_sides_best():
 
 
 def test_a_whole_model_level_with_onnxruntime_alone_is_kept_for_the_session_to_judge():
-    """A partition that is the whole model is kept unless TVM measured over 5% slower than onnxruntime
-    on the same nodes: the session then times the plan against onnxruntime on the user's own model,
+    """A partition that is the whole model is kept unless TVM measured over 25% slower than onnxruntime
+    on the same nodes (a single measurement's noise read 1.22x for a plan that runs 0.89x): the session
+    then times the plan against onnxruntime on the user's own model,
     which is what the user would otherwise run (Silero VAD 16k: 107 us on our graph, whose If branches
     were taken before claims, against 145 us on the model as exported). A partition that splits the
     model must still win by the margin and the split."""
     from nxrt_tvm.providers.tvm.cost import judge_cost
 
-    level = measure.PartitionTiming(103.0, 92.0, 8.0, "")  # TVM 3% slower than onnxruntime alone
+    level = measure.PartitionTiming(122.0, 92.0, 8.0, "")  # TVM 22% slower than onnxruntime alone
     cost, decline = judge_cost("auto", 69, level, False, whole=True)
-    assert decline is None and cost.latency_us == 103.0
+    assert decline is None and cost.latency_us == 122.0
     assert judge_cost("auto", 69, level, False, whole=False)[1] is not None
-    slower = measure.PartitionTiming(106.0, 92.0, 8.0, "")  # over 5% slower
+    slower = measure.PartitionTiming(126.0, 92.0, 8.0, "")  # over 25% slower
     (_, decline) = judge_cost("auto", 69, slower, False, whole=True)
-    assert decline is not None and "at most 5% slower" in decline.detail
+    assert decline is not None and "at most 25% slower" in decline.detail
 
 
 def test_a_partition_writing_megabytes_is_not_timed_before_its_build(default_policy, monkeypatch):

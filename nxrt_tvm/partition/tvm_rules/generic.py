@@ -59,7 +59,9 @@ def check_generic(ctx: NodeContext, excluded: Collection[str] = ()) -> None:
             f"{op} carries subgraphs (control flow)",
             accepts="dataflow ops without subgraph attributes",
             remediation=(
-                "runs on the fallback EP; fold constant conditions (e.g. onnxsim) to remove the branch"
+                "runs on the fallback EP; an If whose condition follows from shapes is taken where they are "
+                "known (fix symbolic dims: --dim), one decided by an integer input's value in the build for "
+                "that value once calls repeat it"
             ),
         )
     require(

@@ -2,11 +2,11 @@
 
 `claim_policy='auto'` (the default) keeps a partition that is not the whole model where TVM measured at
 least 5% faster than onnxruntime running it alone (the margin covers timing noise and the session's own
-per-run cost) and by `SPLIT_US` more; a partition that is the whole model where TVM measured no more than
-5% slower, since the session then times the plan against onnxruntime on the user's own model, which is
-what the user would otherwise run (`InferenceSession._check_against_whole`: Silero VAD 16k's If branches,
-taken before claims, left onnxruntime 107 us on our graph against 145 us on the model as exported), so
-the default never makes a model slower than onnxruntime alone;
+per-run cost) and by `SPLIT_US` more; a partition that is the whole model where TVM measured no more
+than `WHOLE_TOLERANCE` slower, since the session then times the plan against onnxruntime on the user's
+own model, which is what the user would otherwise run (`InferenceSession._check_against_whole`: Silero
+VAD 16k's If branches, taken before claims, left onnxruntime 107 us on our graph against 145 us on the
+model as exported), so the default never makes a model slower than onnxruntime alone;
 `'cost'` keeps it only where TVM measured 5% faster plus one fallback run (the run a split adds);
 `'all'` measures nothing. A timing is taken once per compiled partition and remembered with it in
 the compile cache, so the choice does not flip with timing noise from one session to the next.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from ...api.claim import Cost, DeclineSignal, Rejected
 from ...runtime.measure import PartitionTiming
 
-__all__ = ["CLAIM_POLICIES", "COST_MARGIN", "SPLIT_US", "judge_cost", "cannot_win"]
+__all__ = ["CLAIM_POLICIES", "COST_MARGIN", "WHOLE_TOLERANCE", "SPLIT_US", "judge_cost", "cannot_win"]
 
 CLAIM_POLICIES = ("auto", "all", "cost")
 
@@ -25,6 +25,12 @@ CLAIM_POLICIES = ("auto", "all", "cost")
 #: cost: the bundled model measured 285 us on TVM against 266 us in one session and 5% the other way in the
 #: next, and a session adds ~20 us to a kernel's time)
 COST_MARGIN = 0.05
+
+#: how much slower a partition that is the whole model may measure and stay, for the session's check against
+#: onnxruntime on the whole model to judge (more passes, and the user's own model): this only spares that
+#: check a clear loser. At 5%, one measurement read SqueezeNet's plan at 1.22x onnxruntime's time (2919 us
+#: against 2392 us) where the plan runs 0.89x, and the model went to onnxruntime.
+WHOLE_TOLERANCE = 0.25
 
 #: what a partition that is not the whole model costs the session besides its kernels: values handed
 #: between partitions in Python and the fallback split around it (silero_vad at 2 threads: 15-20 us per
@@ -79,13 +85,13 @@ def judge_cost(
     if policy == "auto":
         # Where it sits between fallback partitions, declining it also saves the switches, so this is the
         # bar. Where it is the whole model, the session's check against the user's model decides.
-        if whole and timing.tvm_us <= timing.ort_alone_us * (1 + COST_MARGIN):
+        if whole and timing.tvm_us <= timing.ort_alone_us * (1 + WHOLE_TOLERANCE):
             return cost, None
         if not whole and timing.tvm_us * (1 + COST_MARGIN) + SPLIT_US <= timing.ort_alone_us:
             return cost, None
         if whole:
             rule = (
-                f"TVM must be at most {COST_MARGIN:.0%} slower than onnxruntime running it alone (the "
+                f"TVM must be at most {WHOLE_TOLERANCE:.0%} slower than onnxruntime running it alone (the "
                 "session then times it against onnxruntime on the whole model)"
             )
         else:
