@@ -32,8 +32,8 @@ from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
 from . import hyperbolic  # noqa: F401 - registers cosh and sinh for llvm
-from .integer_powers import IntegerPowers
 from .schedules.core import LAYOUT_REWRITE
+from .small_powers import SmallPowers
 from .strict import own_pass
 from .vector_guards import VersionGuardedVectors
 
@@ -145,7 +145,7 @@ def _lowering_passes(config) -> list[tvm.transform.Pass]:
     flattened loops before `VectorizeLoop`)."""
     S, X = s_tir.transform, tirx.transform
     passes = [
-        IntegerPowers,
+        SmallPowers,
         S.CanonicalizeLoop(),
         S.LowerCrossThreadReduction(),
         S.LowerInitBlock(),

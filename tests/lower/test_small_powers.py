@@ -1,7 +1,8 @@
-"""``pow`` by 2, 3 or 4 becomes products; other exponents stay ``pow``; results match onnxruntime.
+"""``pow`` by 2, 3 or 4 becomes products, by 0.75 or 1.5 square roots; other exponents stay ``pow``;
+results match onnxruntime.
 
 Tolerance: exact on signs, zeros, infinities and NaN; finite values within rtol 1e-6 (onnxruntime
-multiplies for 2 and 3 too; ``powf`` is within an ulp).
+multiplies for 2 and 3 too; ``powf`` is within an ulp, the square roots within 2).
 """
 
 from __future__ import annotations
@@ -14,20 +15,30 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import te
 
 import nxrt_tvm as nx
-from nxrt_tvm.lower.integer_powers import IntegerPowers
+from nxrt_tvm.lower.small_powers import SmallPowers
 
 
 @pytest.mark.parametrize(
-    "exponent, rewritten", [(2.0, True), (3.0, True), (4.0, True), (2.5, False), (5.0, False)]
+    "exponent, rewritten",
+    [
+        (2.0, True),
+        (3.0, True),
+        (4.0, True),
+        (0.75, True),
+        (1.5, True),
+        (0.5, False),
+        (2.5, False),
+        (5.0, False),
+    ],
 )
-def test_small_integer_exponents_become_products(exponent, rewritten):
+def test_small_exponents_become_products_and_square_roots(exponent, rewritten):
     x = te.placeholder((16,), "float32", name="x")
     y = te.compute((16,), lambda i: tvm.tirx.pow(x[i], tvm.tirx.const(exponent, "float32")), name="y")
-    mod = IntegerPowers(tvm.IRModule({"main": te.create_prim_func([x, y])}))
+    mod = SmallPowers(tvm.IRModule({"main": te.create_prim_func([x, y])}))
     assert ("T.pow" in mod["main"].script()) != rewritten
 
 
-@pytest.mark.parametrize("exponent", [2.0, 3.0, 4.0, 2.5])
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 4.0, 0.75, 1.5, 2.5])
 def test_pow_matches_onnxruntime(exponent):
     graph = helper.make_graph(
         [helper.make_node("Pow", ["x", "e"], ["p"]), helper.make_node("Mul", ["p", "e"], ["out"])],
