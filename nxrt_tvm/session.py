@@ -469,14 +469,12 @@ class InferenceSession:
             log.info("input shapes vary: building the model's symbolic plan")
         else:
             fixed = dict(zip(self._inputs, signature))
+            given = dict(zip(self._branch_inputs, signature[len(fixed) :]))
             values = {
-                name: np.full(fixed[name], value, dtype=self._input_dtypes[name])
-                for name, value in zip(self._branch_inputs, signature[len(fixed) :])
+                name: np.full(fixed[name], v, dtype=self._input_dtypes[name]) for name, v in given.items()
             }
             label = "input shapes " + ", ".join(f"{name} {list(shape)}" for name, shape in fixed.items())
-            label += "".join(
-                f", {name} = {value}" for name, value in zip(self._branch_inputs, signature[len(fixed) :])
-            )
+            label += "".join(f", {name} = {value}" for name, value in given.items())
             log.info("%s recur: building the model for them", label)
         try:
             session = InferenceSession(
