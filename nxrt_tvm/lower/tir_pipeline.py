@@ -31,7 +31,10 @@ from tvm import s_tir, tirx
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.tirx import compilation_pipeline
 
-from . import hyperbolic  # noqa: F401 - registers cosh and sinh for llvm
+from . import (
+    hyperbolic,  # noqa: F401 - registers cosh and sinh for llvm
+    nearbyint,  # noqa: F401 - marks rounding vectorisable
+)
 from .schedules.core import LAYOUT_REWRITE
 from .small_powers import SmallPowers
 from .strict import own_pass
@@ -56,7 +59,9 @@ CPU_TIR_PIPELINE = "nxrt_tvm.cpu"
 STACK_LIMIT_BYTES = 16 * 1024
 
 #: what of this pipeline shapes measured times: tuning measures its baselines again when it changes
-MEASURED_PIPELINE = f"{CPU_TIR_PIPELINE}/stack<={STACK_LIMIT_BYTES}/versioned-vectors/integer-powers"
+MEASURED_PIPELINE = (
+    f"{CPU_TIR_PIPELINE}/stack<={STACK_LIMIT_BYTES}/versioned-vectors/integer-powers/vector-nearbyint"
+)
 
 #: `LowerTVMBuiltin`'s opt-out annotation (`tirx::transform::kDisableLowerTVMBuiltin`)
 _KEEP_AS_ALLOCA = "disable_lower_builtin"

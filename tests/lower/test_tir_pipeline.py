@@ -77,3 +77,21 @@ def test_tuning_measures_candidates_as_compile_builds_them():
 def test_only_cpu_targets_get_the_cpu_pipeline():
     assert tir_pipeline_for(TARGET) == CPU_TIR_PIPELINE
     assert tir_pipeline_for(tvm.target.Target("cuda")) == "default"
+
+
+def test_rounding_to_even_stays_a_vector_loop():
+    """`tirx.nearbyint` (Relax's round, every quantisation step) is vectorised, not left as a scalar loop
+    for LLVM (which vectorised a QDQ convolution's epilogue as scatter stores)."""
+    x = te.placeholder((64,), "float32", name="x")
+    y = te.compute((64,), lambda i: tvm.tirx.nearbyint(x[i]), name="y")
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    sch.vectorize(sch.get_loops(sch.get_sblock("y"))[0])
+    opaque = s_tir.transform.ConvertBlocksToOpaque()(sch.mod)
+    lowered = tvm.tirx.transform.VectorizeLoop()(s_tir.transform.LowerOpaqueBlock()(opaque))
+    text = lowered.script()
+    assert "T.Ramp" in text and "for " not in text, text
+    lib = tvm.compile(sch.mod, TARGET, tir_pipeline=tir_pipeline_for(TARGET))
+    a = np.arange(64, dtype=np.float32) - 31.5  # every tie between -31.5 and 31.5
+    out = tvm.runtime.tensor(np.zeros(64, np.float32))
+    lib["main"](tvm.runtime.tensor(a), out)
+    np.testing.assert_array_equal(out.numpy(), np.round(a))  # numpy's round is to even
