@@ -8,7 +8,8 @@ On a VNNI CPU a QDQ model's matmul becomes one too: ``matmul(dequantize(q), dequ
 uint8 activation `q` (one scale and zero point) and constant int8 weights (no zero point, one scale or
 one per output column) is ``(matmul(q, W, int32) - zq * colsum(W)) * (sq * sw)``: the integers summed
 exactly, the scales applied once (a QDQ MobileNetV2's classifier read its 1280 x 1000 weights as float32,
-4x the bytes). Elsewhere such pairs stay float arithmetic (`fake_quant`).
+4x the bytes). Elsewhere such pairs stay float arithmetic (`fake_quant`). A QDQ contraction whose
+result is quantized again is `qlinear`'s, which runs first: this takes those with a float result.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from .fold_constants import with_bulk_folding
 from .integer_matmul import IntegerMatmul
 from .lift_constants import lift_constants
 from .named_sizes import NameCompoundSizes
+from .qlinear import QLinearAsOnnxruntime
 from .reshape_views import ReshapeKernelsAsViews, legalize_reshape
 from .schedules.base import RULE_ATTR
 from .schedules.core import LAYOUT_REWRITE
@@ -259,6 +260,7 @@ def fusion_passes(target: tvm.target.Target, lowering: Lowering = Lowering()) ->
             legalize.append(ReshapeKernelsAsViews)
     return [
         *backend.library_dispatch_passes(target),
+        QLinearAsOnnxruntime(target),
         IntegerMatmul(target),
         *pre_legalize,
         *legalize,
