@@ -18,7 +18,9 @@ which the exact accumulator here does not reproduce):
   below 2**24, which the weights bound), then ``(acc + b) * fl(fl(sx * sw) / sy)``, rounded half to
   even and clamped, as MLAS's requantisation;
 - add: both fused multiply-adds in float64, where the products are exact and each sum is exact for
-  the constants at hand (checked), then rounded to float32 once: a correctly rounded fma.
+  the constants at hand (checked), then rounded to float32 once: a correctly rounded fma;
+- a Relu between either and the quantize is dropped where the quantize clamps at 0 anyway (its zero
+  point the type's least value), as onnxruntime drops it before fusing (a QDQ ResNet's Conv -> Relu).
 
 A group's 8-bit output is kept as the float "steps" ``q - zero_point`` for the groups reading it (no
 cast to 8 bits and back between two kernels); other readers dequantize its 8-bit form. A group
@@ -135,7 +137,7 @@ class _Rewrite(PyExprMutator):
             return call
         zero = int(zero)
         low, high = _RANGES[dtype]
-        body = self._bound(x)
+        body = self._unclamped(self._bound(x), zero, low)
         value = self._requantised(body, _F32(scale))
         if value is not None:
             steps = _clamped(relax.op.round(value), low - zero, high - zero)
@@ -147,6 +149,13 @@ class _Rewrite(PyExprMutator):
         var = self.builder_.emit(steps)
         self.steps.add(var)
         return relax.op.astype(relax.op.add(var, relax.const(_F32(zero))), dtype)
+
+    def _unclamped(self, body: relax.Expr, zero: int, low: int) -> relax.Expr:
+        """What a Relu before the quantize reads, where the quantize's zero point is its type's least
+        value (it clamps every negative value to it anyway): onnxruntime drops such a Relu
+        (ReluQuantFusion) and fuses the conv, matmul or add before it; else `body`."""
+        relu = op_call(body, "relax.nn.relu")
+        return self._bound(relu.args[0]) if relu is not None and zero == low else body
 
     def _requantised(self, body: relax.Expr, out_scale: np.float32) -> relax.Expr | None:
         """``float(acc + b) * (sx * sw / sy)`` of a quantized conv2d or matmul (+ constant int32 bias

@@ -118,25 +118,28 @@ def _gemm(depth: int, cols: int):
 
 
 def _stack(blocks: int) -> onnx.ModelProto:
-    """A MobileNetV2-like QDQ net: a 3x3 stem, then inverted residual blocks (pointwise 16 -> 32,
-    depthwise 3x3, pointwise 32 -> 16, an add of the block's input), every activation uint8."""
+    """A MobileNetV2-like QDQ net: a 3x3 stem, then inverted residual blocks (pointwise 16 -> 32 and
+    depthwise 3x3, each followed by a Relu, pointwise 32 -> 16, an add of the block's input), every
+    activation uint8."""
     rng = np.random.default_rng(7)
     nodes, inits = _quantized_input("x", T.UINT8, 0.02, 128)
     count = iter(range(1000))
 
-    def requantized(name: str, source: str) -> str:
+    def requantized(name: str, source: str, zero: int = 128) -> str:
         scale = float(rng.random() * 0.03 + 0.04)
         inits.extend(
             [
                 nh.from_array(np.array(scale, np.float32), f"{name}_s"),
-                nh.from_array(np.array(128, np.uint8), f"{name}_z"),
+                nh.from_array(np.array(zero, np.uint8), f"{name}_z"),
             ]
         )
         nodes.append(h.make_node("QuantizeLinear", [source, f"{name}_s", f"{name}_z"], [f"{name}_q"]))
         nodes.append(h.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_dq"]))
         return name
 
-    def conv(source: str, source_scale: float, cin: int, cout: int, k: int, group: int = 1) -> str:
+    def conv(
+        source: str, source_scale: float, cin: int, cout: int, k: int, group: int = 1, relu=False
+    ) -> str:
         name = f"c{next(count)}"
         w_scale = (rng.random(cout) * 0.004 + 0.001).astype(np.float32)
         inits.extend(
@@ -164,15 +167,18 @@ def _stack(blocks: int) -> onnx.ModelProto:
                 ),
             ]
         )
-        return requantized(name, name)
+        if not relu:
+            return requantized(name, name)
+        nodes.append(h.make_node("Relu", [name], [f"{name}_relu"]))
+        return requantized(name, f"{name}_relu", zero=0)  # clamps at 0: the Relu is redundant
 
     def scale_of(name: str) -> float:
         return float(next(nh.to_array(i) for i in inits if i.name == f"{name}_s"))
 
     x = conv("x", 0.02, 3, 16, 3)
     for _ in range(blocks):
-        y = conv(x, scale_of(x), 16, 32, 1)
-        y = conv(y, scale_of(y), 32, 32, 3, group=32)
+        y = conv(x, scale_of(x), 16, 32, 1, relu=True)
+        y = conv(y, scale_of(y), 32, 32, 3, group=32, relu=True)
         y = conv(y, scale_of(y), 32, 16, 1)
         nodes.append(h.make_node("Add", [f"{x}_dq", f"{y}_dq"], [f"a{next(count)}"]))
         x = requantized(nodes[-1].output[0], nodes[-1].output[0])
@@ -269,6 +275,15 @@ def test_a_contraction_without_an_exact_accumulator_keeps_the_qdq_arithmetic():
     weights = next(i for i in model.graph.initializer if i.name == "w_q")
     weights.CopyFrom(nh.from_array(np.full((16, 2048, 1, 1), 127, np.int8), "w_q"))
     assert _rewritten(model, VNNI_CPU) and not _rewritten(model, AVX2_CPU)
+
+
+def test_a_relu_the_quantize_does_not_make_redundant_is_kept():
+    """A Relu before a quantize whose zero point is not 0 changes what it quantizes: the group is left."""
+    model = _conv(16, 16, 1, 0, 1, 1, 4)
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    conv.output[0] = "r"
+    model.graph.node.insert(list(model.graph.node).index(conv) + 1, h.make_node("Relu", ["r"], ["c"]))
+    assert not _rewritten(model, AVX2_CPU)
 
 
 def test_a_broadcasting_add_keeps_the_qdq_arithmetic():
