@@ -19,8 +19,8 @@ which the exact accumulator here does not reproduce):
   even and clamped, as MLAS's requantisation;
 - add: both fused multiply-adds in float64, where the products are exact and each sum is exact for
   the constants at hand (checked), then rounded to float32 once: a correctly rounded fma;
-- a Relu between either and the quantize is dropped where the quantize clamps at 0 anyway (its zero
-  point the type's least value), as onnxruntime drops it before fusing (a QDQ ResNet's Conv -> Relu).
+- a Relu or Clip between either and the quantize is dropped where the quantize saturates there
+  anyway, as onnxruntime drops it before fusing (a QDQ ResNet's Conv -> Relu, a MobileNet's ReLU6).
 
 A group's 8-bit output is kept as the float "steps" ``q - zero_point`` for the groups reading it (no
 cast to 8 bits and back between two kernels); other readers dequantize its 8-bit form. A group
@@ -137,7 +137,7 @@ class _Rewrite(PyExprMutator):
             return call
         zero = int(zero)
         low, high = _RANGES[dtype]
-        body = self._unclamped(self._bound(x), zero, low)
+        body = self._unclamped(self._bound(x), scale, zero, low, high)
         value = self._requantised(body, _F32(scale))
         if value is not None:
             steps = _clamped(relax.op.round(value), low - zero, high - zero)
@@ -150,12 +150,44 @@ class _Rewrite(PyExprMutator):
         self.steps.add(var)
         return relax.op.astype(relax.op.add(var, relax.const(_F32(zero))), dtype)
 
-    def _unclamped(self, body: relax.Expr, zero: int, low: int) -> relax.Expr:
-        """What a Relu before the quantize reads, where the quantize's zero point is its type's least
-        value (it clamps every negative value to it anyway): onnxruntime drops such a Relu
-        (ReluQuantFusion) and fuses the conv, matmul or add before it; else `body`."""
+    def _unclamped(self, body: relax.Expr, scale: float, zero: int, low: int, high: int) -> relax.Expr:
+        """What a Relu or Clip before the quantize reads, where onnxruntime drops it before fusing the
+        conv, matmul or add before it; else `body`. A Relu goes where the quantize's zero point is its
+        type's least value (ReluQuantFusion); a Clip where its bounds lie within float32 epsilon of the
+        quantize's range or beyond (ClipQuantFusion: the quantize saturates there anyway)."""
         relu = op_call(body, "relax.nn.relu")
-        return self._bound(relu.args[0]) if relu is not None and zero == low else body
+        if relu is not None:
+            return self._bound(relu.args[0]) if zero == low else body
+        bounds = self._clip(body)
+        if bounds is None:
+            return body
+        x, clip_low, clip_high = bounds
+        lower, upper = _F32(scale) * _F32(low - zero), _F32(scale) * _F32(high - zero)
+        eps = np.finfo(np.float32).eps
+        if eps < _F32(clip_low) - lower or eps < upper - _F32(clip_high):
+            return body
+        return self._bound(x)
+
+    def _clip(self, body: relax.Expr) -> tuple[relax.Expr, float, float] | None:
+        """(input, low, high) of an ONNX Clip with constant bounds as the frontend imports it:
+        ``minimum(maximum(x, where(isnan(lo), -inf, lo)), where(isnan(hi), inf, hi))``."""
+        upper = op_call(body, "relax.minimum")
+        lower = op_call(self._bound(upper.args[0]), "relax.maximum") if upper is not None else None
+        if lower is None:
+            return None
+        bounds = [self._clip_bound(lower.args[1]), self._clip_bound(upper.args[1])]
+        if None in bounds:
+            return None
+        return lower.args[0], bounds[0], bounds[1]
+
+    def _clip_bound(self, expr: relax.Expr) -> float | None:
+        """The constant `c` of ``where(isnan(c), +-inf, c)``, else None."""
+        where = op_call(self._bound(expr), "relax.where")
+        isnan = op_call(self._bound(where.args[0]), "relax.isnan") if where is not None else None
+        if isnan is None:
+            return None
+        value = _scalar(isnan.args[0])
+        return value if value is not None and _scalar(where.args[2]) == value else None
 
     def _requantised(self, body: relax.Expr, out_scale: np.float32) -> relax.Expr | None:
         """``float(acc + b) * (sx * sw / sy)`` of a quantized conv2d or matmul (+ constant int32 bias

@@ -118,15 +118,16 @@ def _gemm(depth: int, cols: int):
 
 
 def _stack(blocks: int) -> onnx.ModelProto:
-    """A MobileNetV2-like QDQ net: a 3x3 stem, then inverted residual blocks (pointwise 16 -> 32 and
-    depthwise 3x3, each followed by a Relu, pointwise 32 -> 16, an add of the block's input), every
+    """A MobileNetV2-like QDQ net: a 3x3 stem, then inverted residual blocks (pointwise 16 -> 32 and a
+    Relu, depthwise 3x3 and a ReLU6 (Clip), pointwise 32 -> 16, an add of the block's input), every
     activation uint8."""
     rng = np.random.default_rng(7)
     nodes, inits = _quantized_input("x", T.UINT8, 0.02, 128)
+    inits += [nh.from_array(np.array(v, np.float32), n) for n, v in (("zero", 0.0), ("six", 6.0))]
     count = iter(range(1000))
 
-    def requantized(name: str, source: str, zero: int = 128) -> str:
-        scale = float(rng.random() * 0.03 + 0.04)
+    def requantized(name: str, source: str, zero: int = 128, scale: float | None = None) -> str:
+        scale = float(rng.random() * 0.03 + 0.04) if scale is None else scale
         inits.extend(
             [
                 nh.from_array(np.array(scale, np.float32), f"{name}_s"),
@@ -138,7 +139,7 @@ def _stack(blocks: int) -> onnx.ModelProto:
         return name
 
     def conv(
-        source: str, source_scale: float, cin: int, cout: int, k: int, group: int = 1, relu=False
+        source: str, source_scale: float, cin: int, cout: int, k: int, group: int = 1, act: str = ""
     ) -> str:
         name = f"c{next(count)}"
         w_scale = (rng.random(cout) * 0.004 + 0.001).astype(np.float32)
@@ -167,18 +168,21 @@ def _stack(blocks: int) -> onnx.ModelProto:
                 ),
             ]
         )
-        if not relu:
-            return requantized(name, name)
-        nodes.append(h.make_node("Relu", [name], [f"{name}_relu"]))
-        return requantized(name, f"{name}_relu", zero=0)  # clamps at 0: the Relu is redundant
+        if act == "relu":  # a quantize clamping at 0 makes it redundant
+            nodes.append(h.make_node("Relu", [name], [f"{name}_relu"]))
+            return requantized(name, f"{name}_relu", zero=0)
+        if act == "relu6":  # a quantize to [0, 6] makes it redundant
+            nodes.append(h.make_node("Clip", [name, "zero", "six"], [f"{name}_relu6"]))
+            return requantized(name, f"{name}_relu6", zero=0, scale=6 / 255)
+        return requantized(name, name)
 
     def scale_of(name: str) -> float:
         return float(next(nh.to_array(i) for i in inits if i.name == f"{name}_s"))
 
     x = conv("x", 0.02, 3, 16, 3)
     for _ in range(blocks):
-        y = conv(x, scale_of(x), 16, 32, 1, relu=True)
-        y = conv(y, scale_of(y), 32, 32, 3, group=32, relu=True)
+        y = conv(x, scale_of(x), 16, 32, 1, act="relu")
+        y = conv(y, scale_of(y), 32, 32, 3, group=32, act="relu6")
         y = conv(y, scale_of(y), 32, 16, 1)
         nodes.append(h.make_node("Add", [f"{x}_dq", f"{y}_dq"], [f"a{next(count)}"]))
         x = requantized(nodes[-1].output[0], nodes[-1].output[0])
@@ -284,6 +288,30 @@ def test_a_relu_the_quantize_does_not_make_redundant_is_kept():
     conv.output[0] = "r"
     model.graph.node.insert(list(model.graph.node).index(conv) + 1, h.make_node("Relu", ["r"], ["c"]))
     assert not _rewritten(model, AVX2_CPU)
+
+
+def _clipped(scale: float) -> onnx.ModelProto:
+    """A quantized conv, then a ReLU6 (Clip to [0, 6]), then the quantize (zero point 0, `scale`)."""
+    model = _conv(16, 16, 1, 0, 1, 1, 4)
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    conv.output[0] = "r"
+    clip = h.make_node("Clip", ["r", "lo", "hi"], ["c"])
+    model.graph.node.insert(list(model.graph.node).index(conv) + 1, clip)
+    model.graph.initializer.extend(
+        [nh.from_array(np.array(v, np.float32), n) for n, v in (("lo", 0), ("hi", 6))]
+    )
+    for name, value, dtype in (("y_s", scale, np.float32), ("y_z", 0, np.uint8)):
+        next(i for i in model.graph.initializer if i.name == name).CopyFrom(
+            nh.from_array(np.array(value, dtype), name)
+        )
+    return model
+
+
+def test_a_clip_the_quantize_does_not_make_redundant_is_kept():
+    """A ReLU6 before a quantize whose range reaches past 6 (0.03 * 255) clips what it quantizes: the
+    group is left; before one whose range is [0, 6] it is dropped (onnxruntime's test, to float32 eps)."""
+    assert not _rewritten(_clipped(0.03), AVX2_CPU)
+    assert _rewritten(_clipped(6 / 255), AVX2_CPU)
 
 
 def test_a_broadcasting_add_keeps_the_qdq_arithmetic():
