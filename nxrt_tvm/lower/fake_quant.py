@@ -18,19 +18,13 @@ from tvm import relax
 from tvm.relax import PyExprMutator
 from tvm.relax.expr_functor import mutator
 
-from .fold_affine import constant_array, op_call
+from .fold_affine import constant_scalar, op_call
 from .strict import own_pass
 
-__all__ = ["FakeQuantAsFloat"]
+__all__ = ["QUANTIZED_RANGES", "FakeQuantAsFloat"]
 
 #: the quantised types whose pairs are rewritten, and their ranges
-_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
-
-
-def _scalar(expr: relax.Expr) -> float | None:
-    """A constant's single value (a scalar or a one-element tensor), else None."""
-    value = constant_array(expr)
-    return None if value is None or value.size != 1 else value.reshape(()).item()
+QUANTIZED_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
 
 @mutator
@@ -46,16 +40,16 @@ class _Rewrite(PyExprMutator):
         if quantize is None:
             return call
         x = quantize.args[0]
-        bounds = _RANGES.get(str(quantize.attrs.out_dtype))
-        scale, zero = _scalar(quantize.args[1]), _scalar(quantize.args[2])
+        bounds = QUANTIZED_RANGES.get(str(quantize.attrs.out_dtype))
+        scale, zero = constant_scalar(quantize.args[1]), constant_scalar(quantize.args[2])
         if (
             bounds is None
             or str(call.attrs.out_dtype) != "float32"
             or getattr(x.ty, "dtype", None) != "float32"
             or scale is None
             or zero is None
-            or _scalar(call.args[1]) != scale
-            or _scalar(call.args[2]) != zero
+            or constant_scalar(call.args[1]) != scale
+            or constant_scalar(call.args[2]) != zero
         ):
             return call
         steps = relax.op.round(relax.op.divide(x, relax.const(np.float32(scale))))

@@ -63,6 +63,12 @@ def constant_array(expr: relax.Expr) -> np.ndarray | None:
     return None
 
 
+def constant_scalar(expr: relax.Expr) -> float | int | None:
+    """A constant's single value (a scalar or a one-element tensor), else None."""
+    value = constant_array(expr)
+    return None if value is None or value.size != 1 else value.reshape(()).item()
+
+
 @mutator
 class _Folder(PyExprMutator):
     """Replaces ``affine(conv2d(x, W) [+ b])`` by ``conv2d(x, W') + b'`` (module doc), where `affine`

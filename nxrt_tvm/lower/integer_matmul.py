@@ -25,7 +25,7 @@ from .grouped_conv import conv2d_like
 from .schedules.vnni import has_vnni, vnni_fits
 from .strict import own_pass
 
-__all__ = ["IntegerMatmul"]
+__all__ = ["IntegerMatmul", "vnni_conv_fits"]
 
 #: the largest magnitudes of a uint8 and of an int8 value
 _BOUNDS = (255, 128)
@@ -105,18 +105,12 @@ class IntegerMatmul:
         """A QDQ convolution as a uint8 x int8 one, scaled after, where the VNNI rule takes it: NCHW,
         no padding (it would be the zero point, not 0), one group, input channels whole groups of 4 and
         output channels whole vectors; else unchanged."""
-        attrs = call.attrs
         operands = self._operands(call, matches)
-        if (
-            operands is None
-            or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW")
-            or int(attrs.groups) != 1
-            or any(int(p) for p in attrs.padding)
-        ):
+        if operands is None:
             return call
         q, q_scale, q_zero, w_q, w_scale = operands
         channels = w_q.shape[0]
-        if not vnni_fits(w_q.shape[1], channels, padded=False) or (
+        if not vnni_conv_fits(call.attrs, w_q) or (
             w_scale.size != 1 and (w_scale.size != channels or int(matches[self.weights].attrs.axis) != 0)
         ):
             return call
@@ -138,6 +132,18 @@ class IntegerMatmul:
             a, b = (relax.op.astype(x, "float32") for x in (a, b))
             return relax.op.astype(relax.op.matmul(a, b, out_dtype="float32"), "int32")
         return relax.op.matmul(relax.op.astype(a, "int32"), relax.op.astype(b, "int32"), out_dtype="int32")
+
+
+def vnni_conv_fits(attrs, weights: np.ndarray) -> bool:
+    """Whether the VNNI rule takes a uint8 x int8 convolution by `weights` ([O, I, kh, kw]): NCHW, one
+    group, no padding (it would be 0, not the activation's zero point), input channels whole groups of
+    4 and output channels whole vectors."""
+    return (
+        (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW")
+        and int(attrs.groups) == 1
+        and not any(int(p) for p in attrs.padding)
+        and vnni_fits(weights.shape[1], weights.shape[0], padded=False)
+    )
 
 
 def _scaled(product: relax.Expr, sums: np.ndarray, q_scale: float, q_zero: int, w_scale: np.ndarray):

@@ -38,23 +38,18 @@ from tvm import relax
 from tvm.relax import PyExprMutator
 from tvm.relax.expr_functor import mutator
 
-from .fold_affine import constant_array, op_call
+from .fake_quant import QUANTIZED_RANGES
+from .fold_affine import constant_array, constant_scalar, op_call
 from .grouped_conv import conv2d_like
+from .integer_matmul import vnni_conv_fits
 from .schedules.vnni import has_vnni, vnni_fits
 from .strict import own_pass
 
 __all__ = ["QLinearAsOnnxruntime"]
 
-#: the quantised types of a group's activations and outputs, and their ranges
-_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 #: float32 holds every integer up to this exactly
 _EXACT_F32 = 2**24
 _F32 = np.float32
-
-
-def _scalar(expr: relax.Expr) -> float | None:
-    value = constant_array(expr)
-    return None if value is None or value.size != 1 else value.reshape(()).item()
 
 
 def _lowest_bit(value: float) -> float:
@@ -93,8 +88,8 @@ class _Rewrite(PyExprMutator):
         if call is None or str(call.attrs.out_dtype) != "float32":
             return None
         q = call.args[0]
-        scale, zero = _scalar(call.args[1]), _scalar(call.args[2])
-        if str(getattr(q.ty, "dtype", "")) not in _RANGES or scale is None or zero is None:
+        scale, zero = constant_scalar(call.args[1]), constant_scalar(call.args[2])
+        if str(getattr(q.ty, "dtype", "")) not in QUANTIZED_RANGES or scale is None or zero is None:
             return None
         return q, scale, int(zero)
 
@@ -102,7 +97,7 @@ class _Rewrite(PyExprMutator):
         """The steps var behind `q` where a rewritten group made `q` with zero point `zero`."""
         cast = op_call(self._bound(q), "relax.astype")
         shifted = op_call(self._bound(cast.args[0]), "relax.add") if cast is not None else None
-        if shifted is None or shifted.args[0] not in self.steps or _scalar(shifted.args[1]) != zero:
+        if shifted is None or shifted.args[0] not in self.steps or constant_scalar(shifted.args[1]) != zero:
             return None
         return shifted.args[0]
 
@@ -125,10 +120,10 @@ class _Rewrite(PyExprMutator):
         call = super().visit_call_(op)
         if op_call(call, "relax.quantize") is None:
             return call
-        x, scale, zero = call.args[0], _scalar(call.args[1]), _scalar(call.args[2])
+        x, scale, zero = call.args[0], constant_scalar(call.args[1]), constant_scalar(call.args[2])
         dtype = str(call.attrs.out_dtype)
         if (
-            dtype not in _RANGES
+            dtype not in QUANTIZED_RANGES
             or getattr(x.ty, "dtype", None) != "float32"
             or scale is None
             or zero is None
@@ -136,7 +131,7 @@ class _Rewrite(PyExprMutator):
         ):
             return call
         zero = int(zero)
-        low, high = _RANGES[dtype]
+        low, high = QUANTIZED_RANGES[dtype]
         body = self._unclamped(self._bound(x), scale, zero, low, high)
         value = self._requantised(body, _F32(scale))
         if value is not None:
@@ -186,8 +181,8 @@ class _Rewrite(PyExprMutator):
         isnan = op_call(self._bound(where.args[0]), "relax.isnan") if where is not None else None
         if isnan is None:
             return None
-        value = _scalar(isnan.args[0])
-        return value if value is not None and _scalar(where.args[2]) == value else None
+        value = constant_scalar(isnan.args[0])
+        return value if value is not None and constant_scalar(where.args[2]) == value else None
 
     def _requantised(self, body: relax.Expr, out_scale: np.float32) -> relax.Expr | None:
         """``float(acc + b) * (sx * sw / sy)`` of a quantized conv2d or matmul (+ constant int32 bias
@@ -280,8 +275,8 @@ class _Rewrite(PyExprMutator):
         """``float(acc + bias)`` with the integer accumulator exact: int32 on the VNNI kernel where it
         takes the contraction, else float32 where the weights bound every partial sum, else None."""
         per_channel = (1, -1, 1, 1) if conv else (-1,)
-        sums = w.astype(np.int64).sum(axis=(1, 2, 3) if conv else 0)
         if self._vnni_takes(call, q, w, conv):
+            sums = w.astype(np.int64).sum(axis=(1, 2, 3) if conv else 0)
             product = (
                 conv2d_like(call, q, relax.const(w), out_dtype="int32")
                 if conv
@@ -289,7 +284,7 @@ class _Rewrite(PyExprMutator):
             )
             offset = (bias.astype(np.int64) - zero * sums).astype(np.int32)
             return relax.op.astype(relax.op.add(product, relax.const(offset.reshape(per_channel))), "float32")
-        low, high = _RANGES[str(q.ty.dtype)]
+        low, high = QUANTIZED_RANGES[str(q.ty.dtype)]
         largest_step = max(zero - low, high - zero)
         magnitudes = np.abs(w.astype(np.int64)).sum(axis=(1, 2, 3) if conv else 0)
         if np.max(largest_step * magnitudes + np.abs(bias.astype(np.int64))) >= _EXACT_F32:
@@ -303,14 +298,7 @@ class _Rewrite(PyExprMutator):
         """Whether the uint8 x int8 VNNI kernel takes this contraction (see `integer_matmul`)."""
         if not self.vnni or str(q.ty.dtype) != "uint8":
             return False
-        if not conv:
-            return vnni_fits(*w.shape)
-        attrs = call.attrs
-        return (
-            int(attrs.groups) == 1
-            and not any(int(p) for p in attrs.padding)  # a pad would be 0, not the zero point
-            and vnni_fits(w.shape[1], w.shape[0], padded=False)
-        )
+        return vnni_conv_fits(call.attrs, w) if conv else vnni_fits(*w.shape)
 
     def _added(self, body: relax.Expr, out_scale: np.float32, out_zero: int, dtype: str):
         """MLAS's QLinearAdd before rounding, ``fma(a, ra, fma(b, rb, k))`` on the raw 8-bit values, of
@@ -327,7 +315,7 @@ class _Rewrite(PyExprMutator):
             return None  # broadcasting: MLAS folds a scalar operand into its constant another way
         ra, rb = _F32(_F32(sa) / out_scale), _F32(_F32(sb) / out_scale)
         constant = _F32(_F32(out_zero) - _F32(_F32(ra * _F32(za)) + _F32(rb * _F32(zb))))
-        low, high = _RANGES[dtype]
+        low, high = QUANTIZED_RANGES[dtype]
         bound = max(-low, high)
         if not _f64_fma_exact([(bound, rb)], float(constant)) or not _f64_fma_exact(
             [(bound, ra), (bound, rb)], float(constant)
